@@ -1,0 +1,77 @@
+"""`key=value` options (-T for tasks, -M for models) parsed into typed values.
+
+Task parameters are the fields of a frozen dataclass; each value is converted
+to the field's annotated type so that `-T samples=two` fails with a clear
+message instead of deep inside a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import UserError, unknown
+
+
+def split_pairs(pairs: Iterable[str], flag: str) -> dict[str, str]:
+    """['a=1', 'b=x'] -> {'a': '1', 'b': 'x'}; later keys win."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"{flag} expects key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _strip_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def convert(value: str, tp: Any, key: str) -> Any:
+    """Convert a command-line string to `tp` (bool, int, float, str, tuple[...])."""
+    tp = _strip_optional(tp)
+    try:
+        if tp is bool:
+            lowered = value.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if tp in (int, float, str):
+            return tp(value)
+        if typing.get_origin(tp) is tuple:
+            item_type = typing.get_args(tp)[0]
+            return tuple(convert(v, item_type, key) for v in value.split(",") if v.strip())
+    except ValueError:
+        name = getattr(tp, "__name__", str(tp))
+        raise UserError(f"bad value for {key}: {value!r} is not a valid {name}") from None
+    raise AssertionError(f"unsupported parameter type {tp!r} for {key}")
+
+
+def build_params(cls: type, raw: Mapping[str, str], flag: str = "-T") -> Any:
+    """Instantiate the frozen dataclass `cls` from string options."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise unknown(f"{flag} key for {getattr(cls, 'name', cls.__name__)}", key, fields)
+        values[key] = convert(value, hints[key], f"{flag} {key}")
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def to_jsonable(params: Any) -> dict[str, Any]:
+    """A task's parameters as plain JSON (tuples become lists)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(params).items()}

@@ -1,0 +1,98 @@
+"""Seaborn plots drawn from the tidy frame of `report.py`. No torch import."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+METRIC = "correct_all"
+
+
+def depth_length_grid(frame: pd.DataFrame, metric: str = METRIC) -> pd.DataFrame:
+    """Mean of `metric` with depth as rows (0 at the top) and length as columns."""
+    grid = frame.pivot_table(index="depth", columns="context_length", values=metric, aggfunc="mean")
+    return grid.sort_index().sort_index(axis=1)
+
+
+def _settings(frame: pd.DataFrame) -> list[tuple[int, int]]:
+    return sorted({(int(n), int(r)) for n, r in zip(frame["n_needles"], frame["n_queries"])})
+
+
+def _setting_frame(frame: pd.DataFrame, n: int, r: int) -> pd.DataFrame:
+    return frame[(frame["n_needles"] == n) & (frame["n_queries"] == r)]
+
+
+def _draw(grid: pd.DataFrame, ax: plt.Axes, title: str, diverging: bool = False,
+          annot: pd.DataFrame | None = None) -> None:
+    options = {"vmin": -1, "vmax": 1, "cmap": "RdBu", "center": 0} if diverging else {"vmin": 0, "vmax": 1,
+                                                                                         "cmap": "viridis"}
+    sns.heatmap(grid.astype(float), ax=ax, annot=annot if annot is not None else True,
+                fmt="" if annot is not None else ".2f", cbar=True, square=False, linewidths=0.5, **options)
+    ax.set_title(title)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("answer needle depth")
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _per_setting(frame: pd.DataFrame, folder: Path, stem: str, draw: Callable[[pd.DataFrame, str], plt.Figure]
+                 ) -> list[Path]:
+    paths = []
+    for n, r in _settings(frame):
+        suffix = "" if len(_settings(frame)) == 1 else f"_N{n}_R{r}"
+        fig = draw(_setting_frame(frame, n, r), f"N={n} needles, R={r} queries")
+        paths.append(_save(fig, folder / f"{stem}{suffix}.png"))
+    return paths
+
+
+def needle_heatmaps(frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    """One depth x length accuracy heatmap per (N, R) setting for a single model."""
+
+    def draw(part: pd.DataFrame, setting: str) -> plt.Figure:
+        grid = depth_length_grid(part)
+        fig, ax = plt.subplots(figsize=(1.2 * grid.shape[1] + 3, 0.6 * grid.shape[0] + 2))
+        _draw(grid, ax, f"{title}\n{setting}, all queries correct")
+        return fig
+
+    return _per_setting(frame, Path(folder), "heatmap", draw)
+
+
+def needle_pair_heatmaps(frame_a: pd.DataFrame, frame_b: pd.DataFrame, folder: Path, names: tuple[str, str],
+                         marks: pd.DataFrame | None = None) -> list[Path]:
+    """Side by side heatmaps of two models and the difference (a - b) heatmap.
+
+    `marks`, when given, is a depth x length frame of booleans (significant cells),
+    shown with a '*' after the difference."""
+    paths = []
+    for n, r in _settings(frame_a):
+        suffix = "" if len(_settings(frame_a)) == 1 else f"_N{n}_R{r}"
+        grid_a = depth_length_grid(_setting_frame(frame_a, n, r))
+        grid_b = depth_length_grid(_setting_frame(frame_b, n, r))
+        fig, axes = plt.subplots(1, 2, figsize=(2.4 * grid_a.shape[1] + 5, 0.6 * grid_a.shape[0] + 2))
+        for ax, grid, name in zip(axes, (grid_a, grid_b), names):
+            _draw(grid, ax, f"{name}: N={n}, R={r}")
+        paths.append(_save(fig, Path(folder) / f"heatmap_pair{suffix}.png"))
+        diff = grid_a - grid_b
+        annot = diff.map(lambda v: f"{v:+.2f}")
+        if marks is not None:
+            aligned = marks.reindex(index=diff.index, columns=diff.columns).fillna(False).astype(bool)
+            annot = annot.where(~aligned, annot + "*")
+        fig, ax = plt.subplots(figsize=(1.2 * diff.shape[1] + 3, 0.6 * diff.shape[0] + 2))
+        note = " (* p<0.05, McNemar)" if marks is not None else ""
+        _draw(diff, ax, f"{names[0]} minus {names[1]}: N={n}, R={r}{note}", diverging=True, annot=annot)
+        paths.append(_save(fig, Path(folder) / f"heatmap_diff{suffix}.png"))
+    return paths

@@ -1,0 +1,119 @@
+"""Run folders -> one tidy DataFrame (a row per sample) -> summaries and tables.
+
+Everything here is a pure function of the records on disk; no torch import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .errors import UserError
+from .records import RunFolder, open_run
+from .stats import mean_interval
+
+
+def run_frame(run: RunFolder) -> pd.DataFrame:
+    """One row per record: run, model, task, the sample's axes and scores as columns."""
+    config = run.read_config()
+    rows = []
+    for record in run.read_records():
+        row: dict[str, Any] = {"run": run.path.name, "model": record.model, "task": record.task, "id": record.id}
+        row.update(record.axes)
+        row.update({k: v for k, v in record.info.items() if not isinstance(v, (list, dict))})
+        row.update({k: v for k, v in record.scores.items() if not isinstance(v, (list, dict))})
+        row["error"] = record.error
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.attrs["config"] = config
+    return frame
+
+
+def load_frame(paths: Iterable[str | Path]) -> pd.DataFrame:
+    frames = [run_frame(open_run(p)) for p in paths]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return frame
+
+
+def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Per group and metric: mean, n and a 95% interval (Wilson for pass/fail)."""
+    rows = []
+    keys = [k for k in group_by if k in frame.columns]
+    grouped = frame.groupby(keys, sort=True, dropna=False) if keys else [((), frame)]
+    for key, part in grouped:
+        key = key if isinstance(key, tuple) else (key,)
+        row: dict[str, Any] = dict(zip(keys, key))
+        for metric in metrics:
+            if metric not in part.columns:
+                continue
+            values = part[metric].dropna().astype(float)
+            mean, low, high = mean_interval(values.tolist())
+            row[metric] = mean
+            row[f"{metric}_low"], row[f"{metric}_high"] = low, high
+        row["n"] = len(part)
+        row["errors"] = int(part["error"].notna().sum()) if "error" in part.columns else 0
+        rows.append(row)
+    return [{k: _plain(v) for k, v in row.items()} for row in rows]
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python; NaN -> None (valid JSON)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def format_rate(mean: float | None, low: float | None, high: float | None) -> str:
+    if mean is None:
+        return "n/a"
+    if low is None or high is None:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def markdown_table(rows: list[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    """A markdown table: group keys, then each metric as 'mean [low, high]', then n."""
+    header = list(keys) + [f"{m} (95% CI)" for m in metrics] + ["n"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [str(row.get(k)) for k in keys]
+        cells += [format_rate(row.get(m), row.get(f"{m}_low"), row.get(f"{m}_high")) for m in metrics]
+        cells.append(str(row.get("n")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def task_for_run(run: RunFolder) -> Any:
+    """The task object a run was made with (from its config), for its axes and plots."""
+    from .params import build_params
+    from .registry import get_task
+
+    config = run.read_config()
+    cls = get_task(config["task"])
+    raw = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config["params"].items()}
+    return build_params(cls, raw)
+
+
+def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
+    """Markdown tables for finished runs (and their plots rewritten when asked)."""
+    sections = []
+    for path in paths:
+        run = open_run(path)
+        if not run.complete:
+            raise UserError(f"run {path} is not complete (no summary.json); rerun its command to finish it")
+        task = task_for_run(run)
+        frame = run_frame(run)
+        rows = summarize(frame, task.group_by, task.metrics)
+        keys = [k for k in task.group_by if k in frame.columns]
+        title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
+        sections.append(title + "\n\n" + markdown_table(rows, keys, task.metrics))
+        if plots and hasattr(task, "plots"):
+            written = task.plots(frame, run.plots, str(frame["model"].iloc[0]))
+            sections.append("plots: " + ", ".join(str(p) for p in written))
+    return "\n\n".join(sections)
