@@ -131,7 +131,9 @@ class HFModel:
         label: str | None = None,
     ) -> HFModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
         options = build_params(HFOptions, raw_options, flag="-M")
         folder, gguf_file = _locate(spec, gguf)
         torch_device = _resolve_device(device)
