@@ -67,7 +67,8 @@ def run(models: tuple[str, ...], task: str, task_options: tuple[str, ...], model
     from .runner import RunOptions, make_task, run_models
 
     task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
-    options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=not no_progress)
+    # one batch per append: a killed run loses at most the batch in flight
+    options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=not no_progress, chunk=batch_size)
     runs = run_models(task_obj, models, split_pairs(model_options, "-M"), device, batch_size, options)
     for run_folder in runs:
         summary = json.loads(run_folder.summary_path.read_text())

@@ -34,7 +34,7 @@ class RunOptions:
     out: Path = Path("results")
     limit: int | None = None
     log_prompts: bool = False
-    chunk: int = 16  # samples per append to samples.jsonl
+    chunk: int = 8  # samples per append to samples.jsonl (the CLI uses the batch size)
     progress: bool = True
 
 

@@ -146,7 +146,7 @@ class HFModel:
             model = AutoModelForCausalLM.from_pretrained(
                 folder, dtype=dtype, attn_implementation=options.attn_implementation, **kwargs
             )
-        except (OSError, ValueError, RuntimeError, KeyError, ImportError, EnvironmentError) as exc:
+        except Exception as exc:  # safetensors, gguf, tokenizers... each has its own error types for a bad file
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"could not load {spec}: {first_line}") from None
         model.to(torch_device).eval()

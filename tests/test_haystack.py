@@ -1,0 +1,148 @@
+"""Haystack sizing and needle placement, table-driven, on a real tokenizer."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evalsuite.errors import UserError
+from evalsuite.haystack import builtin_sentences, fit_to_budget, insert_at_boundaries, load_haystack, split_sentences
+from evalsuite.tasks.needle import CITIES, Needle
+
+
+class TokenizerAdapter:
+    """The slice of the model adapter that prompt building uses, over a real tokenizer."""
+
+    name = "tok"
+    max_context = 1 << 20
+
+    def __init__(self, tokenizer, chat_template: bool = False):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=not self.chat_template)["input_ids"])
+
+    def format_user_turn(self, user: str, assistant_prefix: str = "") -> str:
+        if not self.chat_template:
+            return user + assistant_prefix
+        return f"<bos><|user|>\n{user}\n<|assistant|>\n{assistant_prefix}"
+
+
+@pytest.mark.parametrize(
+    "length, depth, needles, queries",
+    [
+        (128, 0.0, 1, 1),
+        (256, 0.5, 1, 1),
+        (512, 1.0, 2, 2),
+        (1000, 0.25, 4, 2),
+        (2048, 0.75, 6, 2),
+        (4096, 0.5, 8, 1),
+    ],
+)
+@pytest.mark.parametrize("chat", [False, True])
+def test_prompt_hits_token_budget_and_needle_sits_at_depth(toy_tokenizer, length, depth, needles, queries, chat):
+    task = Needle(lengths=(length,), depths=(depth,), needles=(needles,), queries=(queries,), samples=1)
+    model = TokenizerAdapter(toy_tokenizer, chat)
+    (sample,) = task.plan()
+    (request,), info = task.requests(sample, model)
+    measured = model.count_tokens(request.prompt)
+    assert measured == info["prompt_tokens"]
+    assert length * 0.99 <= measured <= length
+    # the answer needle is inserted at the boundary nearest the requested depth
+    assert info["answer_boundary"] == round(depth * info["haystack_sentences"])
+    assert abs(info["measured_depth"] - depth) <= 1.0 / max(1, info["haystack_sentences"]) + 0.02
+    # every needle is in the prompt exactly once, at a sentence boundary
+    for city, number in zip(sample.data["cities"], sample.data["numbers"]):
+        needle = f"The magic number of {city} is {number}."
+        assert request.prompt.count(needle) == 1
+        before = request.prompt[: request.prompt.index(needle)]
+        assert before.endswith((". ", "\n\n", "! ", "? ")), before[-20:]
+    assert request.prompt.endswith(f"The magic number of {sample.data['cities'][0]} is")
+
+
+@pytest.mark.parametrize(
+    "sentences, inserts, expected",
+    [
+        (["a.", "b."], [(0, "N")], ["N", "a.", "b."]),
+        (["a.", "b."], [(2, "N")], ["a.", "b.", "N"]),
+        (["a.", "b."], [(1, "N"), (1, "M")], ["a.", "N", "M", "b."]),
+        (["a.", "b.", "c."], [(3, "X"), (0, "Y"), (2, "Z")], ["Y", "a.", "b.", "Z", "c.", "X"]),
+        ([], [(0, "N")], ["N"]),
+    ],
+)
+def test_insert_at_boundaries(sentences, inserts, expected):
+    assert insert_at_boundaries(sentences, inserts) == expected
+
+
+def test_fit_to_budget_is_the_longest_prompt_under_target():
+    supply = [f"word{i} word word." for i in range(200)]
+    count = lambda text: len(text.split())  # noqa: E731 - a whitespace "tokenizer" makes the arithmetic visible
+
+    def build(whole, fragment):
+        return " ".join(["Q:"] + whole + ([fragment] if fragment else []))
+
+    fitted = fit_to_budget(100, supply, build, count, tolerance=0.0)
+    assert fitted.tokens == 100  # 1 + 33 sentences * 3 words = 100 exactly
+    assert fitted.sentences == 33 and fitted.extra_words == 0
+    fitted = fit_to_budget(102, supply, build, count, tolerance=0.0)
+    assert (fitted.tokens, fitted.sentences, fitted.extra_words) == (102, 33, 2)
+    with pytest.raises(UserError):
+        fit_to_budget(0, supply, build, count)
+
+
+def test_builtin_filler_has_no_digits_or_cities():
+    rng = random.Random(3)
+    stream = builtin_sentences(rng)
+    text = " ".join(next(stream) for _ in range(2000))
+    assert not any(ch.isdigit() for ch in text)
+    assert not any(city in text for city in CITIES)
+    assert "magic" not in text
+
+
+def test_same_seed_same_haystack_other_seed_other(toy_tokenizer):
+    model = TokenizerAdapter(toy_tokenizer)
+
+    def prompt(seed):
+        task = Needle(lengths=(300,), depths=(0.5,), samples=1, seed=seed)
+        return task.requests(task.plan()[0], model)[0][0].prompt
+
+    assert prompt(0) == prompt(0)
+    assert prompt(0) != prompt(1)
+
+
+def test_text_file_haystack(tmp_path, toy_tokenizer):
+    book = tmp_path / "book.txt"
+    book.write_text(" ".join(f"Sentence number {w} of the book goes on." for w in "abcdefghij" * 40))
+    model = TokenizerAdapter(toy_tokenizer)
+    task = Needle(lengths=(512,), depths=(0.5,), samples=1, haystack=str(book))
+    task.check(model)
+    (request,), info = task.requests(task.plan()[0], model)
+    assert "Sentence number" in request.prompt
+    assert 0.99 * 512 <= info["prompt_tokens"] <= 512
+
+
+def test_text_file_too_short_is_a_user_error(tmp_path, toy_tokenizer):
+    book = tmp_path / "short.txt"
+    book.write_text("Only a few words here. Not enough.")
+    task = Needle(lengths=(512,), samples=1, haystack=str(book))
+    with pytest.raises(UserError, match="too short"):
+        task.check(TokenizerAdapter(toy_tokenizer))
+
+
+def test_dataset_haystack_from_local_folder(tmp_path, toy_tokenizer):
+    folder = tmp_path / "essays"
+    folder.mkdir()
+    rows = [{"text": " ".join(f"Essay {i} line {j} says something plain." for j in range(30))} for i in range(5)]
+    import json
+
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    haystack = load_haystack(f"dataset:{folder}")
+    assert haystack is not None and len(haystack.sentences) == 150
+    with pytest.raises(UserError, match="no column"):
+        load_haystack(f"dataset:{folder}", field="body")
+
+
+def test_split_sentences():
+    assert split_sentences("One. Two!  Three?\nFour") == ["One.", "Two!", "Three?", "Four"]
