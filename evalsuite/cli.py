@@ -47,7 +47,9 @@ def list_cmd() -> None:
 
 @cli.command()
 @click.option("--model", "models", multiple=True, required=True, help=OPTION_HELP["model"])
-@click.option("--task", required=True, help=OPTION_HELP["task"])
+@click.option("--task", default=None, help=OPTION_HELP["task"])
+@click.option("--suite", default=None, help="Run every task of a suite instead of one --task: a TOML file or a "
+              "shipped suite name (ci-smoke). Writes suite-<suite>-<model>.json under --out.")
 @click.option("-T", "task_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["T"])
 @click.option("-M", "model_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["M"])
 @click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -60,15 +62,19 @@ def list_cmd() -> None:
               help="Folder under which run folders are written.")
 @click.option("--log-prompts", is_flag=True, help="Store full prompt texts in samples.jsonl (large for long runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def run(models: tuple[str, ...], task: str, task_options: tuple[str, ...], model_options: tuple[str, ...],
-        limit: int | None, batch_size: int, device: str, seed: int | None, out: Path, log_prompts: bool,
-        no_progress: bool) -> None:
-    """Run a task on one or two models; the same command resumes an interrupted run."""
+def run(models: tuple[str, ...], task: str | None, suite: str | None, task_options: tuple[str, ...],
+        model_options: tuple[str, ...], limit: int | None, batch_size: int, device: str, seed: int | None, out: Path,
+        log_prompts: bool, no_progress: bool) -> None:
+    """Run a task (or a suite of tasks) on one or two models; the same command resumes an interrupted run."""
     from .runner import RunOptions, make_task, run_models
 
-    task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
     # one batch per append: a killed run loses at most the batch in flight
     options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=not no_progress, chunk=batch_size)
+    if suite is not None or task is None:
+        _run_suite(suite, task, task_options, models, split_pairs(model_options, "-M"), seed, device, batch_size,
+                   options)
+        return
+    task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
     runs = run_models(task_obj, models, split_pairs(model_options, "-M"), device, batch_size, options)
     for run_folder in runs:
         summary = json.loads(run_folder.summary_path.read_text())
@@ -78,6 +84,26 @@ def run(models: tuple[str, ...], task: str, task_options: tuple[str, ...], model
 
         folder = compare_runs(runs[0].path, runs[1].path, out)
         click.echo(f"comparison: {folder}")
+
+
+def _run_suite(suite: str | None, task: str | None, task_options: tuple[str, ...], models: tuple[str, ...],
+               model_options: dict[str, str], seed: int | None, device: str, batch_size: int, options) -> None:
+    if suite is None:
+        raise UserError("give --task NAME (see `evalsuite list`) or --suite FILE")
+    if task is not None or task_options:
+        raise UserError("--suite sets the tasks and their parameters: drop --task and -T, or edit the suite file")
+    from .compare import compare_runs
+    from .suites import load_suite, run_suite, suite_runs
+
+    loaded = load_suite(suite, seed)
+    results = run_suite(loaded, models, model_options, device, batch_size, options)
+    for result in results:
+        click.echo(f"suite {loaded.name}: {result}")
+        for name, folder in suite_runs(result):
+            click.echo(f"  {name}: {folder}: {_headline(json.loads((folder / 'summary.json').read_text()))}")
+    if len(results) == 2:
+        for (name, run_a), (_, run_b) in zip(suite_runs(results[0]), suite_runs(results[1])):
+            click.echo(f"comparison {name}: {compare_runs(run_a, run_b, options.out)}")
 
 
 def _headline(summary: dict) -> str:
@@ -92,11 +118,95 @@ def _headline(summary: dict) -> str:
 @cli.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Also (re)write each run's plots.")
-def report(runs: tuple[Path, ...], plots: bool) -> None:
-    """Print a markdown table (rate, 95% interval, n per cell) for finished runs."""
+@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None,
+              help="Also write one self-contained HTML page: tables, plots, configurations, worst needle samples.")
+def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None) -> None:
+    """Print a markdown table (rate, 95% interval, n per cell) for finished runs (folders or suite results)."""
     from .report import report_runs
+    from .suites import run_folders
 
-    click.echo(report_runs(runs, plots))
+    folders = run_folders(runs)
+    click.echo(report_runs(folders, plots))
+    if html_file is not None:
+        from .html_report import write_html_report
+
+        click.echo(f"html report: {write_html_report(folders, html_file)}")
+
+
+@cli.command("compare")
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Folder under which the comparison folder is written.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired tests.")
+def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
+    """Paired comparison of two runs of one task configuration (or of two suite results, run by run):
+    tables in markdown, CSV and LaTeX, and difference plots."""
+    from .compare import compare_inputs
+
+    for comparison, folder in compare_inputs(run_a, run_b, out, alpha):
+        click.echo(comparison.markdown(cells=False))
+        click.echo(f"written: {folder}\n")
+
+
+@cli.command("check")
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--baseline", type=click.Path(path_type=Path), default=None,
+              help="Run folder, suite result or exported baseline file to check against.")
+@click.option("--max-drop", type=float, default=0.02, show_default=True,
+              help="Tolerated drop of a metric, in its own units (0.02 = two points of accuracy).")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of the one-sided paired tests.")
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write the result as JUnit XML.")
+@click.option("--export-baseline", type=click.Path(path_type=Path), default=None,
+              help="Write CANDIDATE's per-sample outcomes as a baseline file (JSON, small enough to commit).")
+def check_cmd(candidate: Path, baseline: Path | None, max_drop: float, alpha: float,
+              junit: Path | None, export_baseline: Path | None) -> None:
+    """Regression gate: exit 1 when a metric of CANDIDATE (run folder or suite result) dropped below the
+    baseline by more than --max-drop with p < --alpha; 0 otherwise; 2 on bad input."""
+    from . import check as gate
+
+    if baseline is None and export_baseline is None:
+        raise UserError("check needs --baseline (run folder, suite result or baseline file) or --export-baseline FILE")
+    if export_baseline is not None:
+        gate.export_baseline(gate.load_outcomes(candidate), export_baseline, str(candidate))
+        click.echo(f"baseline written: {export_baseline}")
+    if baseline is None:
+        return
+    result = gate.check(candidate, baseline, max_drop, alpha)
+    click.echo(result.markdown())
+    gate.publish(result, junit)
+    if result.failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_judge_options(required=True)
+@click.option("--device", default="auto", show_default=True, help="Device of an hf judge.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True, help="Batch of an hf judge.")
+@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: bool, **judge_args) -> None:
+    """Judge the saved outputs of finished runs (again) without loading the evaluated model: verdicts go
+    to RUN/judgements/<judge>.jsonl beside earlier judges'; a rerun judges only what has no verdict."""
+    from .records import open_run
+    from .report import task_for_run
+    from .runner import finish
+
+    folders = [open_run(path) for path in runs]
+    tasks = []
+    for folder in folders:
+        if not folder.complete:
+            raise UserError(f"run {folder.path} is not complete (no summary.json); rerun its command to finish it")
+        tasks.append(task_for_run(folder))
+        if not hasattr(tasks[-1], "judge_step"):
+            raise UserError(f"task {tasks[-1].name} of {folder.path} has no judging step")
+    judge = _make_judge(judge_args, folders[0].path.parent / "judge-cache.sqlite", device, batch_size)
+    for folder, task in zip(folders, tasks):
+        outcome = task.judge_step(folder, judge, progress=not no_progress)
+        finish(task, folder)
+        click.echo(f"{folder.path}: {outcome.new} new verdicts from {outcome.label}")
+    click.echo(tasks[0].judge_table([f.path for f in folders], judge.name))
 
 
 def main() -> None:

@@ -1,64 +1,454 @@
 """Two runs of one task on the same samples, side by side.
 
 Runs are joined on sample id; runs made with different task configurations
-are refused. Pass/fail outcomes are compared with the exact McNemar test.
+are refused. Every metric a task declares (its `metrics` ClassVar) is compared
+on the paired per-sample outcomes, overall and per cell of the task's
+`group_by` axes:
+
+- a metric whose values are all 0/1 is pass/fail: exact McNemar test on the
+  discordant pairs;
+- any other metric is continuous: paired bootstrap of the mean difference.
+
+Every difference comes with a 95% paired-bootstrap interval. Tables are
+written as markdown, CSV and LaTeX; needle runs also get the depth x length
+difference heatmap with significant cells marked. `check.py` reuses the
+pairing and the one-sided versions of the same tests.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from .errors import UserError
-from .records import RunFolder, config_hash, open_run
+from .records import Record, RunFolder, config_hash, open_run, write_json_atomic
 from .report import run_frame
 from .stats import mcnemar_exact
 
+PASS_FAIL = "McNemar"
+CONTINUOUS = "bootstrap"
+RESAMPLES = 10_000
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+# ---- what a run is: its task identity and the metrics it declares ----------------------------
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a comparison needs to know about a task."""
+
+    group_by: tuple[str, ...]
+    metrics: tuple[str, ...]
+    lower_is_better: tuple[str, ...] = ()  # metrics where a drop is an improvement
+
+
+def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
+    """The task's declared axes and metrics; inferred from the records when the
+    task's module is not installed here (a plugin task, an older run)."""
+    from .registry import TASKS, load_all
+
+    load_all()
+    cls = TASKS.get(task)
+    if cls is not None:
+        return TaskSpec(tuple(cls.group_by), tuple(cls.metrics), tuple(getattr(cls, "lower_is_better", ())))
+    axes = sorted({k for r in records for k in r.axes})
+    metrics = sorted({k for r in records for k, v in r.scores.items() if isinstance(v, (bool, int, float))})
+    return TaskSpec(tuple(axes), tuple(metrics))
+
+
+def _portable(value: Any) -> Any:
+    """Paths to data shipped inside the package compare equal across installations."""
+    if isinstance(value, str) and value.startswith("/"):
+        try:
+            return "<evalsuite>/" + Path(value).resolve().relative_to(PACKAGE_DIR).as_posix()
+        except ValueError:
+            return value
+    return value
+
+
+def task_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides which samples a run holds: the task and its parameters.
+
+    `preset` only supplies defaults (already expanded into the other
+    parameters) and `limit` only cuts the plan, which the join on sample id
+    handles, so neither is part of the identity."""
+    params = {k: _portable(v) for k, v in config["params"].items() if k != "preset"}
+    return {"task": config["task"], "params": params}
+
+
+def identity_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """None when two identities match, else a short description of what differs."""
+    if a["task"] != b["task"]:
+        return f"task {a['task']} vs {b['task']}"
+    keys = sorted(set(a["params"]) | set(b["params"]))
+    diffs = [f"{k}: {a['params'].get(k)!r} vs {b['params'].get(k)!r}" for k in keys
+             if a["params"].get(k) != b["params"].get(k)]
+    return "; ".join(diffs) or None
+
+
+# ---- pairing --------------------------------------------------------------------------------
 
 def paired_frames(run_a: RunFolder, run_b: RunFolder) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The two runs' frames restricted to their common samples, in the same order."""
-    config_a, config_b = run_a.read_config(), run_b.read_config()
-    if (config_a["task"], config_a["params"], config_a.get("limit")) != (
-        config_b["task"], config_b["params"], config_b.get("limit")
-    ):
-        raise UserError(f"{run_a.path.name} and {run_b.path.name} were run with different task configurations")
+    differ = identity_difference(task_identity(run_a.read_config()), task_identity(run_b.read_config()))
+    if differ:
+        raise UserError(f"cannot compare {run_a.path.name} with {run_b.path.name}: their task configurations "
+                        f"differ ({differ}); compare runs of the same task parameters")
     frame_a, frame_b = run_frame(run_a), run_frame(run_b)
+    if frame_a.empty or frame_b.empty:
+        raise UserError(f"{(run_a if frame_a.empty else run_b).path} holds no samples yet")
     common = sorted(set(frame_a["id"]) & set(frame_b["id"]))
     if not common:
         raise UserError(f"{run_a.path.name} and {run_b.path.name} share no samples")
-    frame_a = frame_a.set_index("id").loc[common].reset_index()
-    frame_b = frame_b.set_index("id").loc[common].reset_index()
-    return frame_a, frame_b
+    aligned_a = frame_a.set_index("id").loc[common].reset_index()
+    aligned_b = frame_b.set_index("id").loc[common].reset_index()
+    aligned_a.attrs["unpaired"] = (len(frame_a) - len(common), len(frame_b) - len(common))
+    return aligned_a, aligned_b
 
 
-def significant_cells(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str, alpha: float = 0.05
-                      ) -> pd.DataFrame:
-    """depth x length booleans: does McNemar find the paired outcomes differ?"""
+def is_pass_fail(*arrays: np.ndarray) -> bool:
+    values = np.concatenate([a[~np.isnan(a)] for a in arrays])
+    return values.size > 0 and bool(np.isin(values, (0.0, 1.0)).all())
+
+
+def metric_values(frame: pd.DataFrame, metric: str) -> np.ndarray:
+    """A metric as floats (True -> 1.0); NaN where a sample has no value."""
+    if metric not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return np.array([float(v) if isinstance(v, (numbers.Real, np.bool_)) else np.nan for v in frame[metric]],
+                    dtype=float)
+
+
+def paired_values(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str
+                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(a, b, pass_fail) over the pairs where both runs have a value.
+
+    A pass/fail sample that failed with an error counts as a fail, never as a
+    missing pair: a checkpoint that crashes must not look like one that passes."""
+    a, b = metric_values(frame_a, metric), metric_values(frame_b, metric)
+    pass_fail = is_pass_fail(a, b)
+    if pass_fail:
+        for values, frame in ((a, frame_a), (b, frame_b)):
+            if "error" in frame.columns:
+                values[np.isnan(values) & frame["error"].notna().to_numpy()] = 0.0
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return a[keep], b[keep], pass_fail
+
+
+# ---- paired statistics ----------------------------------------------------------------------
+
+def bootstrap_means(diff: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Means of `resamples` paired resamples of `diff`, drawn a block at a time so
+    that a run of many thousand samples never needs a (resamples x n) matrix."""
+    rng = np.random.default_rng(seed)
+    n = diff.size
+    rows = max(1, 2_000_000 // n)
+    blocks = []
+    for start in range(0, resamples, rows):
+        count = min(rows, resamples - start)
+        blocks.append(diff[rng.integers(0, n, size=(count, n))].mean(axis=1))
+    return np.concatenate(blocks)
+
+
+def _bootstrap_p(means: np.ndarray, observed: float, one_sided: bool) -> float:
+    """p-value of 'mean difference = 0', from the resampled means shifted onto zero.
+    One-sided: evidence that the true difference is above zero."""
+    if observed == 0 or (one_sided and observed < 0):
+        return 1.0
+    shifted = means - observed
+    extreme = shifted >= observed if one_sided else np.abs(shifted) >= abs(observed)
+    return float((extreme.sum() + 1) / (means.size + 1))
+
+
+def paired_test(a: np.ndarray, b: np.ndarray, pass_fail: bool, one_sided: bool = False) -> dict[str, Any]:
+    """Mean difference a - b over paired samples, its 95% interval, and a p-value.
+
+    Two-sided by default; `one_sided` tests whether a is above b (McNemar: more
+    pairs where only a passed; bootstrap: resampled mean difference above zero)."""
+    n = int(a.size)
+    out: dict[str, Any] = {"test": PASS_FAIL if pass_fail else CONTINUOUS, "n": n}
+    if n == 0:
+        return {**out, "mean_a": math.nan, "mean_b": math.nan, "diff": math.nan, "low": math.nan,
+                "high": math.nan, "p_value": math.nan}
+    diff = a - b
+    observed = float(diff.mean())
+    means = bootstrap_means(diff)
+    low, high = np.percentile(means, [2.5, 97.5])
+    out.update(mean_a=float(a.mean()), mean_b=float(b.mean()), diff=observed, low=float(low), high=float(high))
+    if pass_fail:
+        mc = mcnemar_exact(a.astype(bool).tolist(), b.astype(bool).tolist())
+        out.update(a_only=mc["only_a"], b_only=mc["only_b"])
+        discordant = mc["only_a"] + mc["only_b"]
+        if one_sided:
+            p = 1.0 if discordant == 0 else float(sps.binomtest(mc["only_a"], discordant, 0.5,
+                                                               alternative="greater").pvalue)
+        else:
+            p = mc["p_value"]
+    else:
+        p = 1.0 if n < 2 else _bootstrap_p(means, observed, one_sided)
+    out["p_value"] = min(1.0, p)
+    return out
+
+
+def compare_frames(frame_a: pd.DataFrame, frame_b: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str],
+                   alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One row per (cell of `keys`, metric) with the paired test of a vs b."""
+    keys = [k for k in keys if k in frame_a.columns]
+    grouped = frame_a.groupby(keys, sort=True, dropna=False) if keys else [((), frame_a)]
+    by_id = frame_b.set_index("id")
     rows = []
-    for (depth, length), part_a in frame_a.groupby(["depth", "context_length"]):
-        part_b = frame_b.set_index("id").loc[part_a["id"]]
-        test = mcnemar_exact(part_a[metric].astype(bool).tolist(), part_b[metric].astype(bool).tolist())
-        rows.append({"depth": depth, "context_length": length, "significant": test["p_value"] < alpha})
-    table = pd.DataFrame(rows)
-    return table.pivot(index="depth", columns="context_length", values="significant")
+    for key, part_a in grouped:
+        key = key if isinstance(key, tuple) else (key,)
+        part_b = by_id.loc[part_a["id"]].reset_index()
+        for metric in metrics:
+            a, b, pass_fail = paired_values(part_a, part_b, metric)
+            if a.size == 0 and metric not in frame_a.columns:
+                continue
+            row = {**dict(zip(keys, (_plain(k) for k in key))), "metric": metric, **paired_test(a, b, pass_fail)}
+            row["significant"] = bool(row["p_value"] < alpha)
+            rows.append(row)
+    return rows
 
 
-def compare_runs(path_a: str | Path, path_b: str | Path, out: str | Path) -> Path:
-    """Write the comparison of two runs; returns its folder."""
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+def _number(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _p_text(p: float) -> str:
+    if isinstance(p, float) and math.isnan(p):
+        return "n/a"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def display_rows(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], names: tuple[str, str]
+                 ) -> tuple[list[str], list[list[str]]]:
+    """Header and text cells shared by the markdown, HTML and LaTeX tables."""
+    keys = [k for k in keys if any(k in row for row in rows)]
+    header = [*keys, "metric", "n", names[0], names[1], "difference [95% CI]", "test", "p", "significant"]
+    body = []
+    for row in rows:
+        test = row["test"]
+        if "a_only" in row:
+            test += f" ({row['a_only']}/{row['b_only']} discordant)"
+        diff = f"{row['diff']:+.3f} [{_number(row['low'])}, {_number(row['high'])}]" if row["n"] else "n/a"
+        body.append([*(str(row.get(k)) for k in keys), row["metric"], str(row["n"]), _number(row["mean_a"]),
+                     _number(row["mean_b"]), diff, test, _p_text(row["p_value"]),
+                     "yes" if row["significant"] else "no"])
+    return header, body
+
+
+def markdown(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def latex(header: Sequence[str], body: Sequence[Sequence[str]], caption: str) -> str:
+    """A booktabs table (needs \\usepackage{booktabs})."""
+    lines = [r"\begin{table}[ht]", r"\centering", r"\begin{tabular}{" + "l" * len(header) + "}", r"\toprule",
+             " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(c) for c in cells) + r" \\" for cells in body]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+CSV_COLUMNS = ["metric", "test", "n", "mean_a", "mean_b", "diff", "low", "high", "p_value", "significant",
+               "a_only", "b_only"]
+
+
+def csv_frame(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> pd.DataFrame:
+    keys = [k for k in keys if any(k in row for row in rows)]
+    return pd.DataFrame(list(rows), columns=[*keys, *CSV_COLUMNS])
+
+
+# ---- the comparison of two runs -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two paired runs and their tests: overall and per cell."""
+
+    run_a: RunFolder
+    run_b: RunFolder
+    task: str
+    names: tuple[str, str]
+    spec: TaskSpec
+    frame_a: pd.DataFrame
+    frame_b: pd.DataFrame
+    overall: list[dict[str, Any]]
+    cells: list[dict[str, Any]]
+    alpha: float
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.spec.group_by if k in self.frame_a.columns]
+
+    def notes(self) -> list[str]:
+        only_a, only_b = self.frame_a.attrs.get("unpaired", (0, 0))
+        notes = [f"{len(self.frame_a)} paired samples (joined on sample id)"]
+        if only_a or only_b:
+            notes.append(f"left out, present in one run only: {only_a} of {self.names[0]}, {only_b} of {self.names[1]}")
+        notes.append(f"difference = {self.names[0]} minus {self.names[1]}; pass/fail metrics: exact McNemar test, "
+                     f"continuous metrics: paired bootstrap ({RESAMPLES} resamples); two-sided, significant at "
+                     f"p < {self.alpha}, per cell without correction for multiple cells")
+        return notes
+
+    def markdown(self, cells: bool = True) -> str:
+        title = f"# {self.task}: {self.names[0]} vs {self.names[1]}"
+        parts = [title, "", *(f"- {note}" for note in self.notes()), "", "## Overall", "",
+                 markdown(*display_rows(self.overall, [], self.names))]
+        if cells and self.keys:
+            parts += ["", "## Per cell", "", markdown(*display_rows(self.cells, self.keys, self.names))]
+        return "\n".join(parts) + "\n"
+
+    def latex(self) -> str:
+        caption = f"{self.task}: {self.names[0]} vs {self.names[1]}"
+        tables = [latex(*display_rows(self.overall, [], self.names), caption + ", overall")]
+        if self.keys:
+            tables.append(latex(*display_rows(self.cells, self.keys, self.names), caption + ", per cell"))
+        return "\n\n".join(tables) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "a": {"run": self.run_a.path.name, "model": self.names[0]},
+                "b": {"run": self.run_b.path.name, "model": self.names[1]}, "alpha": self.alpha,
+                "group_by": self.keys, "overall": self.overall, "cells": self.cells}
+
+
+def run_names(frame_a: pd.DataFrame, frame_b: pd.DataFrame, run_a: RunFolder, run_b: RunFolder) -> tuple[str, str]:
+    """Model names, or run folder names when both runs used the same model."""
+    names = (str(frame_a["model"].iloc[0]), str(frame_b["model"].iloc[0]))
+    return names if names[0] != names[1] else (run_a.path.name, run_b.path.name)
+
+
+def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comparison:
+    """Pair two runs and test every declared metric, overall and per cell."""
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
     run_a, run_b = open_run(path_a), open_run(path_b)
     frame_a, frame_b = paired_frames(run_a, run_b)
-    names = (str(frame_a["model"].iloc[0]), str(frame_b["model"].iloc[0]))
-    digest = config_hash({"a": run_a.path.name, "b": run_b.path.name})[:8]
-    folder = Path(out) / f"compare-{run_a.read_config()['task']}-{names[0]}-vs-{names[1]}-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
-    if frame_a["task"].iloc[0] == "needle":
-        from .plots import needle_pair_heatmaps
+    task = str(run_a.read_config()["task"])
+    spec = task_spec(task, run_a.read_records())
+    return Comparison(
+        run_a=run_a, run_b=run_b, task=task, names=run_names(frame_a, frame_b, run_a, run_b), spec=spec,
+        frame_a=frame_a, frame_b=frame_b, alpha=alpha,
+        overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha),
+        cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha) if spec.group_by else [],
+    )
 
-        parts = []
-        for (n, r), part_a in frame_a.groupby(["n_needles", "n_queries"]):
-            part_b = frame_b.set_index("id").loc[part_a["id"]].reset_index()
-            parts.append(significant_cells(part_a, part_b, "correct_all"))
-        marks = parts[0] if len(parts) == 1 else None
-        needle_pair_heatmaps(frame_a, frame_b, folder, names, marks=marks)
+
+def needle_marks(comparison: Comparison, metric: str = "correct_all") -> dict[tuple[int, int], pd.DataFrame]:
+    """Per (N, R) setting, depth x length booleans: is the cell's difference significant?"""
+    rows = [r for r in comparison.cells if r["metric"] == metric]
+    marks = {}
+    for (n, r), part in pd.DataFrame(rows).groupby(["n_needles", "n_queries"]):
+        marks[(int(n), int(r))] = part.pivot(index="depth", columns="context_length", values="significant")
+    return marks
+
+
+def comparison_plots(comparison: Comparison, folder: Path) -> list[Path]:
+    """The needle difference heatmaps with significant cells marked; for other tasks,
+    the per-cell difference with its interval along the first axis."""
+    from . import plots
+
+    if comparison.task == "needle":
+        return plots.needle_pair_heatmaps(comparison.frame_a, comparison.frame_b, folder, comparison.names,
+                                          marks=needle_marks(comparison))
+    if not comparison.keys:
+        return []
+    return plots.paired_difference_plots(pd.DataFrame(comparison.cells), comparison.keys, folder, comparison.names)
+
+
+def write_comparison(comparison: Comparison, folder: Path) -> list[Path]:
+    """comparison.md / .tex / .json, overall.csv, cells.csv and the plots, in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "comparison.md", folder / "comparison.tex", folder / "overall.csv"]
+    written[0].write_text(comparison.markdown(), encoding="utf-8")
+    written[1].write_text(comparison.latex(), encoding="utf-8")
+    csv_frame(comparison.overall, []).to_csv(written[2], index=False)
+    if comparison.keys:
+        written.append(folder / "cells.csv")
+        csv_frame(comparison.cells, comparison.keys).to_csv(written[-1], index=False)
+    write_json_atomic(folder / "comparison.json", comparison.to_json())
+    written.append(folder / "comparison.json")
+    return written + comparison_plots(comparison, folder)
+
+
+def comparison_folder(comparison: Comparison, out: str | Path) -> Path:
+    digest = config_hash({"a": comparison.run_a.path.name, "b": comparison.run_b.path.name})[:8]
+    safe = [n.replace("/", "_") for n in comparison.names]
+    return Path(out) / f"compare-{comparison.task}-{safe[0]}-vs-{safe[1]}-{digest}"
+
+
+def compare_runs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05) -> Path:
+    """Write the comparison of two runs under `out`; returns its folder."""
+    comparison = compare(path_a, path_b, alpha)
+    folder = comparison_folder(comparison, out)
+    write_comparison(comparison, folder)
     return folder
+
+
+def _pairs(path_a: Path, path_b: Path) -> list[tuple[Path, Path]]:
+    """Two run folders, or the runs of two suite results matched on task configuration."""
+    from .suites import suite_runs
+
+    for path in (path_a, path_b):
+        if not path.exists():
+            raise UserError(f"no such run folder or suite result: {path}")
+    if path_a.is_dir() and path_b.is_dir():
+        return [(path_a, path_b)]
+    if not (path_a.is_file() and path_b.is_file()):
+        raise UserError(f"compare takes two run folders or two suite result files, got {path_a} and {path_b}")
+    runs_b = [folder for _, folder in suite_runs(path_b)]
+    identities_b = [task_identity(open_run(f).read_config()) for f in runs_b]
+    pairs = []
+    for _, folder in suite_runs(path_a):
+        identity = task_identity(open_run(folder).read_config())
+        match = [b for b, ident in zip(runs_b, identities_b) if identity_difference(identity, ident) is None]
+        if match:
+            pairs.append((folder, match[0]))
+    if not pairs:
+        raise UserError(f"{path_a} and {path_b} hold no runs with the same task configuration")
+    return pairs
+
+
+def compare_inputs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05
+                   ) -> list[tuple[Comparison, Path]]:
+    """Compare two runs, or two suite results run by run; write each comparison under `out`."""
+    written = []
+    for run_a, run_b in _pairs(Path(path_a), Path(path_b)):
+        comparison = compare(run_a, run_b, alpha)
+        folder = comparison_folder(comparison, out)
+        write_comparison(comparison, folder)
+        written.append((comparison, folder))
+    return written
+
+
+def summary_line(comparison: Comparison) -> str:
+    parts = []
+    for row in comparison.overall:
+        mark = "*" if row["significant"] else ""
+        parts.append(f"{row['metric']} {row['diff']:+.3f}{mark} (p={_p_text(row['p_value'])}, n={row['n']})")
+    return f"{comparison.task} {comparison.names[0]} - {comparison.names[1]}: " + ", ".join(parts)

@@ -72,11 +72,11 @@ def needle_heatmaps(frame: pd.DataFrame, folder: Path, title: str) -> list[Path]
 
 
 def needle_pair_heatmaps(frame_a: pd.DataFrame, frame_b: pd.DataFrame, folder: Path, names: tuple[str, str],
-                         marks: pd.DataFrame | None = None) -> list[Path]:
+                         marks: pd.DataFrame | dict[tuple[int, int], pd.DataFrame] | None = None) -> list[Path]:
     """Side by side heatmaps of two models and the difference (a - b) heatmap.
 
     `marks`, when given, is a depth x length frame of booleans (significant cells),
-    shown with a '*' after the difference."""
+    or a dict of such frames per (N, R) setting, shown with a '*' after the difference."""
     paths = []
     for n, r in _settings(frame_a):
         suffix = "" if len(_settings(frame_a)) == 1 else f"_N{n}_R{r}"
@@ -88,11 +88,43 @@ def needle_pair_heatmaps(frame_a: pd.DataFrame, frame_b: pd.DataFrame, folder: P
         paths.append(_save(fig, Path(folder) / f"heatmap_pair{suffix}.png"))
         diff = grid_a - grid_b
         annot = diff.map(lambda v: f"{v:+.2f}")
-        if marks is not None:
-            aligned = marks.reindex(index=diff.index, columns=diff.columns).fillna(False).astype(bool)
+        setting_marks = marks.get((n, r)) if isinstance(marks, dict) else marks
+        if setting_marks is not None:
+            aligned = setting_marks.reindex(index=diff.index, columns=diff.columns).fillna(False).astype(bool)
             annot = annot.where(~aligned, annot + "*")
         fig, ax = plt.subplots(figsize=(1.2 * diff.shape[1] + 3, 0.6 * diff.shape[0] + 2))
-        note = " (* p<0.05, McNemar)" if marks is not None else ""
+        note = " (* p<0.05, McNemar)" if setting_marks is not None else ""
         _draw(diff, ax, f"{names[0]} minus {names[1]}: N={n}, R={r}{note}", diverging=True, annot=annot)
         paths.append(_save(fig, Path(folder) / f"heatmap_diff{suffix}.png"))
+    return paths
+
+
+def paired_difference_plots(cells: pd.DataFrame, keys: list[str], folder: Path, names: tuple[str, str]
+                            ) -> list[Path]:
+    """Any task: per metric, the paired difference (a - b) of each cell with its 95%
+    interval, along the first numeric axis; other axes become the line label.
+    Filled markers are significant cells, hollow ones are not."""
+    numeric = [k for k in keys if pd.api.types.is_numeric_dtype(cells[k]) and cells[k].nunique() > 1]
+    x = numeric[0] if numeric else keys[0]
+    others = [k for k in keys if k != x and cells[k].nunique() > 1]
+    paths = []
+    for metric, part in cells.groupby("metric", sort=False):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        labels = part[others].astype(str).agg(", ".join, axis=1) if others else pd.Series("", index=part.index)
+        for label, line in part.assign(_label=labels).groupby("_label", sort=True):
+            line = line.sort_values(x)
+            xs = line[x] if x in numeric else line[x].astype(str)
+            err = [line["diff"] - line["low"], line["high"] - line["diff"]]
+            drawn = ax.errorbar(xs, line["diff"], yerr=err, marker="", capsize=3, label=label or None)
+            colour = drawn[0].get_color()
+            significant = line["significant"].astype(bool).to_numpy()
+            ax.scatter(xs[significant], line["diff"][significant], color=colour, zorder=3)
+            ax.scatter(xs[~significant], line["diff"][~significant], facecolors="white", edgecolors=colour, zorder=3)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set_xlabel(x)
+        ax.set_ylabel(f"{metric}: {names[0]} minus {names[1]}")
+        ax.set_title(f"{metric}, paired difference with 95% interval (filled: significant)")
+        if others:
+            ax.legend(title=", ".join(others), fontsize="small")
+        paths.append(_save(fig, Path(folder) / f"difference_{metric}.png"))
     return paths

@@ -1,0 +1,277 @@
+"""One self-contained HTML page for a set of finished runs.
+
+For every run: its configuration and fingerprints, the task's table (rate,
+95% interval, n per cell), the task's plots, and the worst samples (for
+needle: the needle sentence marked, its depth and position, expected vs
+produced output, and the prompt with the needles marked when the run logged
+prompts). Runs of the same task configuration are also compared pairwise.
+Images are embedded as base64 PNG, so the page is one file that opens
+anywhere; plots are drawn into a temporary folder, never into the run folders.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import __version__
+from .compare import compare, comparison_plots, display_rows, identity_difference, task_identity, task_spec
+from .errors import UserError
+from .records import Record, RunFolder, open_run
+from .report import format_rate, run_frame, summarize
+
+WORST = 10  # samples shown per run
+PROMPT_LIMIT = 12_000  # characters of a logged prompt shown whole; longer ones as excerpts
+WINDOW = 400  # characters of context either side of a needle in an excerpt
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #aaa; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+img.plot { max-width: 100%; display: block; margin: 0.5em 0; border: 1px solid #ddd; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f8f8f8; padding: 0.5em; max-height: 30em;
+      overflow: auto; }
+mark { background: #ffe066; font-weight: bold; }
+.fail { color: #b00020; } .ok { color: #1b5e20; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def key_values(mapping: Mapping[str, Any]) -> str:
+    return table(["key", "value"], [[k, json.dumps(v) if isinstance(v, (list, dict)) else v]
+                                    for k, v in mapping.items()])
+
+
+def image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img class="plot" alt="{esc(path.name)}" src="data:image/png;base64,{data}">'
+
+
+# ---- needles marked in text -----------------------------------------------------------------
+
+def mark(text: str, needles: Sequence[str]) -> str:
+    """`text` as HTML with every occurrence of each needle inside <mark>."""
+    spans = sorted((start, start + len(n)) for n in set(needles) if n
+                   for start in _occurrences(text, n))
+    out, at = [], 0
+    for start, end in spans:
+        if start < at:
+            continue
+        out += [esc(text[at:start]), f"<mark>{esc(text[start:end])}</mark>"]
+        at = end
+    out.append(esc(text[at:]))
+    return "".join(out)
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    found, start = [], text.find(needle)
+    while start >= 0:
+        found.append(start)
+        start = text.find(needle, start + len(needle))
+    return found
+
+
+def marked_prompt(text: str, needles: Sequence[str]) -> str:
+    """The whole prompt with needles marked, or for a long one excerpts around each
+    needle and the end of the prompt (the question), so a 64K run stays readable."""
+    if len(text) <= PROMPT_LIMIT:
+        return mark(text, needles)
+    windows = [(max(0, s - WINDOW), s + len(n) + WINDOW) for n in needles for s in _occurrences(text, n)]
+    windows.append((max(0, len(text) - 3 * WINDOW // 2), len(text)))
+    merged: list[list[int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    parts = [mark(text[s:e], needles) for s, e in merged]
+    lead = "[…] " if merged[0][0] > 0 else ""
+    return lead + " <b>[…]</b> ".join(parts)
+
+
+# ---- sections ---------------------------------------------------------------------------------
+
+def _task_object(config: Mapping[str, Any]) -> Any | None:
+    """The registered task a run was made with, or None when its module is not installed."""
+    from .params import build_params
+    from .registry import TASKS, load_all
+
+    load_all()
+    cls = TASKS.get(config["task"])
+    if cls is None:
+        return None
+    raw = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config["params"].items()}
+    return build_params(cls, raw)
+
+
+def config_section(config: Mapping[str, Any]) -> str:
+    parts = ["<h3>Configuration</h3>",
+             f"<p>config hash (fingerprint of task, parameters, limit and model): <code>{esc(config.get('hash'))}</code>"
+             f"; git commit <code>{esc(config.get('git_commit'))}</code>; limit {esc(config.get('limit'))}; "
+             f"prompts logged: {esc(config.get('log_prompts', False))}</p>",
+             "<h4>Task parameters</h4>", key_values(config.get("params", {})),
+             "<h4>Model fingerprint</h4>", key_values(config.get("model", {})),
+             "<h4>Versions</h4>", key_values(config.get("versions", {}))]
+    return "\n".join(parts)
+
+
+def results_section(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> str:
+    keys = [k for k in group_by if k in frame.columns]
+    present = [m for m in metrics if m in frame.columns]
+    header = [*keys, *(f"{m} (95% CI)" for m in present), "n", "errors"]
+    rows = []
+    for row in [*summarize(frame, (), present), *(summarize(frame, keys, present) if keys else [])]:
+        rows.append([*(row.get(k, "all") for k in keys),
+                     *(format_rate(row.get(m), row.get(f"{m}_low"), row.get(f"{m}_high")) for m in present),
+                     row["n"], row["errors"]])
+    return "<h3>Results</h3>" + table(header, rows)
+
+
+def _lowest(records: Sequence[Record], metrics: Sequence[str]) -> list[Record]:
+    """The lowest-scoring records (a missing score or an error counts as lowest), ties in id order."""
+    def key(record: Record) -> tuple:
+        values = [record.scores.get(m) for m in metrics]
+        scored = [float(v) if isinstance(v, (bool, int, float)) and not record.error else -1.0 for v in values]
+        return (*scored, record.id)
+
+    return sorted(records, key=key)[:WORST]
+
+
+def needle_samples(records: Sequence[Record], task: Any | None) -> str:
+    from .tasks.needle import NEEDLE
+
+    failed = [r for r in records if r.error or not r.scores.get("correct_mean", 0) >= 1]
+    worst = _lowest(failed, ("correct_all", "correct_mean"))
+    if not worst:
+        return "<h3>Worst samples</h3><p class='ok'>Every sample was answered correctly.</p>"
+    planned = {s.id: s for s in task.plan()} if task is not None else {}
+    parts = [f"<h3>Worst samples</h3><p>The {len(worst)} lowest-scoring samples; needle sentences are "
+             "rebuilt from the sample plan (seeded), the queried ones first.</p>"]
+    for record in worst:
+        sample = planned.get(record.id)
+        needles = [NEEDLE.format(city=c, number=x) for c, x in zip(sample.data["cities"], sample.data["numbers"])] \
+            if sample else []
+        axes, info = record.axes, record.info
+        facts = {"context length (requested)": axes.get("context_length"), "prompt tokens": info.get("prompt_tokens"),
+                 "depth (requested)": axes.get("depth"), "depth (measured)": info.get("measured_depth"),
+                 "answer needle at token": info.get("answer_token"),
+                 "needles N / queries R": f"{axes.get('n_needles')} / {axes.get('n_queries')}",
+                 "expected": ", ".join(record.target), "produced": " | ".join(map(str, record.outputs)),
+                 "scores": json.dumps(dict(record.scores)), "error": record.error or ""}
+        queried = needles[: int(axes.get("n_queries", 1))]
+        needle_html = "<br>".join(f"<mark>{esc(n)}</mark>" + (" (queried)" if n in queried else "")
+                                  for n in needles) or "<i>not in this installation's plan</i>"
+        parts.append(f"<h4>{esc(record.id)}</h4>" + key_values(facts) + f"<p>Needles: {needle_html}</p>")
+        texts = record.prompt.get("text") if isinstance(record.prompt, Mapping) else None
+        if texts:
+            parts.append("<details><summary>prompt with the needles marked</summary><pre>"
+                         + marked_prompt(str(texts[0]), needles) + "</pre></details>")
+    return "\n".join(parts)
+
+
+def generic_samples(records: Sequence[Record], metrics: Sequence[str]) -> str:
+    worst = _lowest(records, metrics)
+    if not worst:
+        return ""
+    rows = [[r.id, json.dumps(dict(r.axes)), " | ".join(r.target)[:300], " | ".join(map(str, r.outputs))[:300],
+             json.dumps({m: r.scores.get(m) for m in metrics}), r.error or ""] for r in worst]
+    header = ["id", "axes", "expected", "produced", "scores", "error"]
+    return f"<h3>Lowest-scoring samples</h3><p>by {esc(', '.join(metrics))}</p>" + table(header, rows)
+
+
+def run_section(run: RunFolder, plot_dir: Path) -> str:
+    if not run.complete:
+        raise UserError(f"run {run.path} is not complete (no summary.json); rerun its command to finish it")
+    config = run.read_config()
+    records = run.read_records()
+    frame = run_frame(run)
+    spec = task_spec(config["task"], records)
+    task = _task_object(config)
+    model = config.get("model", {}).get("name", "?")
+    if task is not None and hasattr(task, "plots"):
+        plots = task.plots(frame, plot_dir / run.path.name, str(model))
+    else:  # the task's module is not installed here: show the plots the run wrote
+        plots = sorted(run.plots.glob("*.png"))
+    samples = needle_samples(records, task) if config["task"] == "needle" else generic_samples(records, spec.metrics)
+    return "\n".join([
+        f'<section id="{esc(run.path.name)}"><h2>{esc(run.path.name)}</h2>',
+        f"<p>task <b>{esc(config['task'])}</b>, model <b>{esc(model)}</b>, {len(frame)} samples, "
+        f"folder <code>{esc(run.path)}</code></p>",
+        results_section(frame, spec.group_by, spec.metrics),
+        "<h3>Plots</h3>" + ("".join(image(p) for p in plots) or "<p>none</p>"),
+        samples, config_section(config), "</section>",
+    ])
+
+
+def comparison_sections(runs: Sequence[RunFolder], plot_dir: Path) -> str:
+    """Each run compared with the first run of the same task configuration."""
+    firsts: list[tuple[dict[str, Any], RunFolder]] = []
+    parts = []
+    for run in runs:
+        identity = task_identity(run.read_config())
+        first = next((f for ident, f in firsts if identity_difference(identity, ident) is None), None)
+        if first is None:
+            firsts.append((identity, run))
+            continue
+        comparison = compare(first.path, run.path)
+        folder = plot_dir / f"compare-{first.path.name}-{run.path.name}"
+        header, body = display_rows(comparison.overall, [], comparison.names)
+        section = [f"<h2>{esc(comparison.task)}: {esc(comparison.names[0])} vs {esc(comparison.names[1])}</h2>",
+                   "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in comparison.notes()) + "</ul>",
+                   table(header, body)]
+        section += [image(p) for p in comparison_plots(comparison, folder)]
+        if comparison.keys:
+            section.append("<details><summary>per cell</summary>"
+                           + table(*display_rows(comparison.cells, comparison.keys, comparison.names)) + "</details>")
+        parts.append("\n".join(section))
+    return "\n".join(parts)
+
+
+def render(folders: Sequence[str | Path]) -> str:
+    runs = [open_run(f) for f in folders]
+    if not runs:
+        raise UserError("report --html needs at least one run folder")
+    with tempfile.TemporaryDirectory(prefix="evalsuite-report-") as tmp:
+        sections = [run_section(run, Path(tmp)) for run in runs]
+        comparisons = comparison_sections(runs, Path(tmp))
+    contents = "".join(f'<li><a href="#{esc(r.path.name)}">{esc(r.path.name)}</a></li>' for r in runs)
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>evalsuite report: {len(runs)} run{'s' if len(runs) != 1 else ''}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>evalsuite report</h1><p>evalsuite {esc(__version__)}; runs:</p><ul>{contents}</ul>",
+        *sections,
+        ("<h1>Comparisons</h1>" + comparisons) if comparisons else "",
+        "</body></html>",
+    ])
+
+
+def write_html_report(folders: Sequence[str | Path], out_file: str | Path) -> Path:
+    out = Path(out_file)
+    page = render(folders)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out

@@ -1,0 +1,209 @@
+"""`evalsuite compare`: pairing on sample id, paired tests, tables and heatmaps."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from conftest import run_cli
+from evalsuite.backends import load_model
+from evalsuite.cli import main
+from evalsuite.compare import bootstrap_means, compare, compare_runs, needle_marks, paired_test
+from evalsuite.errors import UserError
+from evalsuite.records import Record, RunFolder, config_hash
+from evalsuite.runner import RunOptions, make_task, run_task
+
+NEEDLE_PARAMS = {"lengths": "1024,2048", "depths": "0,1", "samples": "6"}
+
+
+def invoke(capsys, *args: str) -> tuple[int, str, str]:
+    """`evalsuite ARGS...` in this process (exit code, stdout, stderr): the same `main()`
+    a user runs, without paying the imports of a fresh interpreter per call."""
+    argv, sys.argv = sys.argv, ["evalsuite", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = argv
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def needle_run(out: Path, model: str, params: dict[str, str] = NEEDLE_PARAMS, limit: int | None = None,
+               log_prompts: bool = False) -> Path:
+    """A finished needle run of a fake model, made in-process (fast)."""
+    options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=False)
+    return run_task(make_task("needle", params), load_model(model, {}, "cpu"), options).path
+
+
+def synthetic_run(folder: Path, model: str, scores: dict[str, list], axes: list[dict] | None = None,
+                  task: str = "synthetic", params: dict | None = None, errors: dict[int, str] | None = None) -> Path:
+    """A finished run folder written directly from records: one record per position of
+    the score lists, ids s0000, s0001, ... so that runs pair up."""
+    n = len(next(iter(scores.values())))
+    params = params or {"size": n}
+    config = {"task": task, "params": params, "limit": None, "model": {"name": model}}
+    config["hash"] = config_hash(config)
+    run = RunFolder(folder)
+    run.create(config)
+    errors = errors or {}
+    records = []
+    for i in range(n):
+        row = {m: values[i] for m, values in scores.items() if values[i] is not None}
+        records.append(Record(id=f"s{i:04d}", task=task, model=model, axes=(axes or [{}] * n)[i], target=("t",),
+                              prompt={"sha256": "0"}, info={}, outputs=(f"out {i}",), scores=row,
+                              error=errors.get(i)))
+    run.append(records)
+    run.write_summary({"task": task, "n": n})
+    return folder
+
+
+def pass_fail_pair(only_a: int, only_b: int, both: int, neither: int) -> tuple[list[bool], list[bool]]:
+    a = [True] * only_a + [False] * only_b + [True] * both + [False] * neither
+    b = [False] * only_a + [True] * only_b + [True] * both + [False] * neither
+    return a, b
+
+
+def test_needle_oracle_vs_wrong_writes_tables_and_marked_heatmap(tmp_path, capsys):
+    run_a, run_b = needle_run(tmp_path, "fake:oracle"), needle_run(tmp_path, "fake:wrong")
+    code, out, err = invoke(capsys, "compare", str(run_a), str(run_b), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert "| correct_all | 24 | 1.000 | 0.000 | +1.000" in out
+    folder = Path(out.split("written: ")[1].split()[0])
+    for name in ("comparison.md", "comparison.tex", "comparison.json", "overall.csv", "cells.csv",
+                 "heatmap_pair.png", "heatmap_diff.png"):
+        assert (folder / name).is_file(), name
+    overall = pd.read_csv(folder / "overall.csv").set_index("metric")
+    assert overall.loc["correct_all", "diff"] == 1.0
+    assert overall.loc["correct_all", "a_only"] == 24 and overall.loc["correct_all", "b_only"] == 0
+    assert overall.loc["correct_all", "p_value"] == pytest.approx(2 * 0.5**24)
+    cells = pd.read_csv(folder / "cells.csv")
+    assert len(cells) == 2 * 2 * 2  # lengths x depths x metrics
+    # 6 of 6 discordant in a cell: exact two-sided McNemar p = 2/64 < 0.05, so every cell is marked
+    assert cells["p_value"].tolist() == pytest.approx([2 / 64] * 8)
+    assert cells["significant"].all()
+    assert r"correct\_all" in (folder / "comparison.tex").read_text()
+    picture = mpimg.imread(folder / "heatmap_diff.png")
+    assert picture.shape[0] > 100 and picture.std() > 0
+
+
+def test_needle_marks_follow_significance(tmp_path):
+    run_a = needle_run(tmp_path, "fake:oracle", {"lengths": "1024", "depths": "0,1", "samples": "2"})
+    run_b = needle_run(tmp_path, "fake:wrong", {"lengths": "1024", "depths": "0,1", "samples": "2"})
+    marks = needle_marks(compare(run_a, run_b))
+    # 2 of 2 discordant: p = 0.5, not significant
+    assert list(marks) == [(1, 1)]
+    assert not marks[(1, 1)].to_numpy().any()
+
+
+def test_tiny_diff_vs_base_writes_tables_and_heatmap(tmp_path, tiny_models):
+    params = {"lengths": "128,256", "depths": "0,1", "samples": "1", "tokens_per_query": "4"}
+    runs = []
+    for kind in ("diff", "base"):
+        options = RunOptions(out=tmp_path, progress=False)
+        runs.append(run_task(make_task("needle", params), load_model(str(tiny_models[kind]), {}, "cpu"), options))
+    folder = compare_runs(runs[0].path, runs[1].path, tmp_path / "cmp")
+    saved = json.loads((folder / "comparison.json").read_text())
+    assert {row["metric"] for row in saved["overall"]} == {"correct_all", "correct_mean"}
+    assert all(row["n"] == 4 for row in saved["overall"])
+    assert (folder / "heatmap_diff.png").stat().st_size > 1000
+    assert (saved["a"]["model"], saved["b"]["model"]) == ("tiny-diff", "tiny-base")
+    assert "# needle: tiny-diff vs tiny-base" in (folder / "comparison.md").read_text()
+
+
+def test_different_task_configurations_are_refused(tmp_path):
+    run_a = needle_run(tmp_path, "fake:oracle", {"lengths": "1024", "depths": "0", "samples": "1"})
+    run_b = needle_run(tmp_path, "fake:oracle", {"lengths": "2048", "depths": "0", "samples": "1"})
+    with pytest.raises(UserError, match=r"lengths: \[1024\] vs \[2048\]"):
+        compare(run_a, run_b)
+    result = run_cli("compare", str(run_a), str(run_b), "--out", str(tmp_path / "cmp"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot compare") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_runs_join_on_sample_id_when_one_was_limited(tmp_path):
+    run_a = needle_run(tmp_path, "fake:oracle", {"lengths": "1024", "depths": "0,1", "samples": "3"})
+    run_b = needle_run(tmp_path, "fake:wrong", {"lengths": "1024", "depths": "0,1", "samples": "3"}, limit=4)
+    comparison = compare(run_a, run_b)
+    assert comparison.overall[0]["n"] == 4
+    assert "left out, present in one run only: 2 of fake-oracle, 0 of fake-wrong" in comparison.notes()
+
+
+def test_same_model_twice_is_labelled_by_run_folder(tmp_path):
+    run_a = synthetic_run(tmp_path / "r1", "m", {"score": [1, 0, 1]})
+    run_b = synthetic_run(tmp_path / "r2", "m", {"score": [1, 1, 1]})
+    assert compare(run_a, run_b).names == ("r1", "r2")
+
+
+def test_pass_fail_metric_uses_exact_mcnemar(tmp_path):
+    a, b = pass_fail_pair(only_a=10, only_b=2, both=30, neither=8)
+    comparison = compare(synthetic_run(tmp_path / "a", "A", {"ok": a}), synthetic_run(tmp_path / "b", "B", {"ok": b}))
+    row = comparison.overall[0]
+    assert (row["test"], row["n"], row["a_only"], row["b_only"]) == ("McNemar", 50, 10, 2)
+    assert row["diff"] == pytest.approx(8 / 50)
+    assert row["p_value"] == pytest.approx(sps.binomtest(10, 12, 0.5).pvalue)
+    assert row["low"] < row["diff"] < row["high"]
+
+
+def test_continuous_metric_uses_paired_bootstrap(tmp_path):
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.2, 0.8, size=60)
+    shifted = base - 0.1 + rng.normal(0, 0.02, size=60)  # every sample a little worse
+    run_a = synthetic_run(tmp_path / "a", "A", {"bleu": base.tolist()})
+    run_b = synthetic_run(tmp_path / "b", "B", {"bleu": shifted.tolist()})
+    row = compare(run_a, run_b).overall[0]
+    assert row["test"] == "bootstrap" and "a_only" not in row
+    assert row["diff"] == pytest.approx(float((base - shifted).mean()))
+    assert row["p_value"] < 0.001 and row["low"] > 0.09
+    same = compare(run_a, synthetic_run(tmp_path / "c", "C", {"bleu": base.tolist()})).overall[0]
+    assert same["diff"] == 0 and same["p_value"] == 1.0
+
+
+def test_unregistered_task_infers_axes_and_metrics_and_plots(tmp_path):
+    axes = [{"n_shots": s, "dataset": d} for s in (1, 4, 16) for d in ("x", "y") for _ in range(5)]
+    a = [1.0] * 30
+    b = [1.0 if ax["n_shots"] > 1 else 0.0 for ax in axes]
+    run_a = synthetic_run(tmp_path / "a", "A", {"acc": a}, axes)
+    run_b = synthetic_run(tmp_path / "b", "B", {"acc": b}, axes)
+    folder = compare_runs(run_a, run_b, tmp_path / "cmp")
+    cells = pd.read_csv(folder / "cells.csv")
+    assert list(cells.columns[:2]) == ["dataset", "n_shots"]
+    assert cells.set_index(["dataset", "n_shots"])["diff"].to_dict() == {
+        ("x", 1): 1.0, ("x", 4): 0.0, ("x", 16): 0.0, ("y", 1): 1.0, ("y", 4): 0.0, ("y", 16): 0.0}
+    assert (folder / "difference_acc.png").stat().st_size > 1000
+
+
+def test_an_errored_sample_counts_as_a_fail(tmp_path):
+    run_a = synthetic_run(tmp_path / "a", "A", {"ok": [True, True, True]})
+    run_b = synthetic_run(tmp_path / "b", "B", {"ok": [True, None, True]}, errors={1: "judge timed out"})
+    row = compare(run_a, run_b).overall[0]
+    assert (row["n"], row["a_only"], row["mean_b"]) == (3, 1, pytest.approx(2 / 3))
+
+
+def test_bootstrap_blocks_match_mean_and_are_deterministic():
+    diff = np.arange(5000, dtype=float) % 7
+    first, second = bootstrap_means(diff, resamples=1000), bootstrap_means(diff, resamples=1000)
+    assert first.shape == (1000,) and np.array_equal(first, second)
+    assert abs(first.mean() - diff.mean()) < 0.02
+
+
+def test_one_sided_test_only_sees_drops_in_one_direction():
+    a, b = pass_fail_pair(only_a=9, only_b=1, both=10, neither=0)
+    arr_a, arr_b = np.array(a, dtype=float), np.array(b, dtype=float)
+    assert paired_test(arr_a, arr_b, True, one_sided=True)["p_value"] == pytest.approx(
+        sps.binomtest(9, 10, 0.5, alternative="greater").pvalue)
+    assert paired_test(arr_b, arr_a, True, one_sided=True)["p_value"] > 0.99
+
+
+def test_compare_needs_existing_inputs(tmp_path, capsys):
+    code, _, err = invoke(capsys, "compare", str(tmp_path / "missing-a"), str(tmp_path / "missing-b"))
+    assert code == 2 and err.startswith("error: no such run folder or suite result")
