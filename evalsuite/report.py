@@ -30,6 +30,7 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
         rows.append(row)
     frame = pd.DataFrame(rows)
     frame.attrs["config"] = config
+    frame.attrs["run_path"] = str(run.path)  # for tasks whose summary reads side files (judge verdicts)
     return frame
 
 
@@ -113,6 +114,8 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
         keys = [k for k in task.group_by if k in frame.columns]
         title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
         sections.append(title + "\n\n" + markdown_table(rows, keys, task.metrics))
+        if hasattr(task, "report_section"):  # e.g. judged accuracy, kept beside samples.jsonl
+            sections.append(task.report_section(run))
         if plots and hasattr(task, "plots"):
             written = task.plots(frame, run.plots, str(frame["model"].iloc[0]))
             sections.append("plots: " + ", ".join(str(p) for p in written))
