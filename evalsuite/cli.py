@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -45,6 +46,57 @@ def list_cmd() -> None:
         click.echo(f"  {name:<14} {doc}")
 
 
+def _judge_options(required: bool):
+    """--judge and its settings, shared by `run` and `score`."""
+    options = [
+        click.option("--judge", required=required, default=None,
+                     help="Judge whether outputs are supported by their documents: openai:<model> "
+                          "(OpenAI-compatible endpoint), hf:<model> (a local causal LM) or lexical (an offline "
+                          "heuristic)."),
+        click.option("--judge-base-url", default="",
+                     help="Chat-completions endpoint of an openai judge [default: $OPENAI_BASE_URL or "
+                          "https://api.openai.com/v1]."),
+        click.option("--judge-api-key-env", default="OPENAI_API_KEY", show_default=True,
+                     help="Environment variable holding the judge's API key (the key is never written anywhere)."),
+        click.option("--judge-concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Judge requests in flight at once."),
+        click.option("--judge-retries", type=click.IntRange(min=0), default=5, show_default=True,
+                     help="Retries of a judge request on 429, 5xx, timeouts and malformed replies."),
+        click.option("--judge-backoff", type=click.FloatRange(min=0), default=1.0, show_default=True,
+                     help="Seconds before the first retry; doubled for each further retry."),
+        click.option("--judge-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+                     show_default=True, help="Seconds to wait for one judge reply."),
+        click.option("--judge-max-tokens", type=click.IntRange(min=0), default=1024, show_default=True,
+                     help="Most tokens a judge may write (0: the endpoint's default)."),
+        click.option("--judge-cache", type=click.Path(path_type=Path), default=None,
+                     help="Response cache of openai judges [default: judge-cache.sqlite beside the run folders]."),
+        click.option("--judge-option", "judge_model_options", multiple=True, metavar="KEY=VALUE",
+                     help="Backend option of an hf judge, like -M (e.g. --judge-option chat_template=true)."),
+    ]
+
+    def wrap(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return wrap
+
+
+def _make_judge(args: dict, default_cache: Path, device: str = "auto", batch_size: int = 8):
+    """The judge that --judge* options describe, or None without --judge."""
+    if not args.get("judge"):
+        return None
+    from .judges import JudgeSettings, make_judge
+
+    settings = JudgeSettings(
+        spec=args["judge"], base_url=args["judge_base_url"], api_key_env=args["judge_api_key_env"],
+        concurrency=args["judge_concurrency"], retries=args["judge_retries"], backoff=args["judge_backoff"],
+        timeout=args["judge_timeout"], max_tokens=args["judge_max_tokens"], cache=args["judge_cache"],
+        options=split_pairs(args["judge_model_options"], "--judge-option"), device=device, batch_size=batch_size,
+    )
+    return make_judge(settings, default_cache)
+
+
 @cli.command()
 @click.option("--model", "models", multiple=True, required=True, help=OPTION_HELP["model"])
 @click.option("--task", default=None, help=OPTION_HELP["task"])
@@ -62,23 +114,33 @@ def list_cmd() -> None:
               help="Folder under which run folders are written.")
 @click.option("--log-prompts", is_flag=True, help="Store full prompt texts in samples.jsonl (large for long runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@_judge_options(required=False)
 def run(models: tuple[str, ...], task: str | None, suite: str | None, task_options: tuple[str, ...],
         model_options: tuple[str, ...], limit: int | None, batch_size: int, device: str, seed: int | None, out: Path,
-        log_prompts: bool, no_progress: bool) -> None:
+        log_prompts: bool, no_progress: bool, **judge_args) -> None:
     """Run a task (or a suite of tasks) on one or two models; the same command resumes an interrupted run."""
     from .runner import RunOptions, make_task, run_models
 
     # one batch per append: a killed run loses at most the batch in flight
     options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=not no_progress, chunk=batch_size)
+    if judge_args.get("judge") and suite is not None:
+        raise UserError("--judge works with --task (e.g. hallucination), not with --suite")
     if suite is not None or task is None:
         _run_suite(suite, task, task_options, models, split_pairs(model_options, "-M"), seed, device, batch_size,
                    options)
         return
     task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
+    if judge_args.get("judge") and not hasattr(task_obj, "judge_step"):
+        raise UserError(f"task {task_obj.name} has no judging step; --judge is for tasks such as hallucination")
+    judge = _make_judge(judge_args, out / "judge-cache.sqlite", device, batch_size)
+    if judge is not None:
+        options = replace(options, judge=judge)
     runs = run_models(task_obj, models, split_pairs(model_options, "-M"), device, batch_size, options)
     for run_folder in runs:
         summary = json.loads(run_folder.summary_path.read_text())
         click.echo(f"{run_folder.path}: {_headline(summary)}")
+    if judge is not None:
+        click.echo(task_obj.judge_table([r.path for r in runs], judge.name))
     if len(runs) == 2:
         from .compare import compare_runs
 
@@ -178,6 +240,35 @@ def check_cmd(candidate: Path, baseline: Path | None, max_drop: float, alpha: fl
     gate.publish(result, junit)
     if result.failed:
         sys.exit(1)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_judge_options(required=True)
+@click.option("--device", default="auto", show_default=True, help="Device of an hf judge.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True, help="Batch of an hf judge.")
+@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: bool, **judge_args) -> None:
+    """Judge the saved outputs of finished runs (again) without loading the evaluated model: verdicts go
+    to RUN/judgements/<judge>.jsonl beside earlier judges'; a rerun judges only what has no verdict."""
+    from .records import open_run
+    from .report import task_for_run
+    from .runner import finish
+
+    folders = [open_run(path) for path in runs]
+    tasks = []
+    for folder in folders:
+        if not folder.complete:
+            raise UserError(f"run {folder.path} is not complete (no summary.json); rerun its command to finish it")
+        tasks.append(task_for_run(folder))
+        if not hasattr(tasks[-1], "judge_step"):
+            raise UserError(f"task {tasks[-1].name} of {folder.path} has no judging step")
+    judge = _make_judge(judge_args, folders[0].path.parent / "judge-cache.sqlite", device, batch_size)
+    for folder, task in zip(folders, tasks):
+        outcome = task.judge_step(folder, judge, progress=not no_progress)
+        finish(task, folder)
+        click.echo(f"{folder.path}: {outcome.new} new verdicts from {outcome.label}")
+    click.echo(tasks[0].judge_table([f.path for f in folders], judge.name))
 
 
 @cli.command()

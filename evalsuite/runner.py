@@ -36,6 +36,7 @@ class RunOptions:
     log_prompts: bool = False
     chunk: int = 8  # samples per append to samples.jsonl (the CLI uses the batch size)
     progress: bool = True
+    judge: Any = None  # a judge (evalsuite.judges) for tasks with a judging step; not part of the run hash
 
 
 def make_task(name: str, raw: Mapping[str, str], seed: int | None = None) -> Any:
@@ -123,6 +124,8 @@ def run_task(task: Any, model: ModelAdapter, options: RunOptions) -> RunFolder:
             chunk = todo[start : start + options.chunk]
             run.append(evaluate(task, model, chunk, options.log_prompts))
             bar.update(len(chunk))
+    if options.judge is not None:  # judging is its own step over the saved outputs (see `evalsuite score`)
+        task.judge_step(run, options.judge, progress=options.progress)
     finish(task, run)
     return run
 

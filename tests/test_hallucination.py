@@ -335,3 +335,16 @@ def test_score_refuses_what_it_cannot_judge(tmp_path):
     with pytest.raises(UserError, match="did you mean 'lexical'"):
         cli.main(["run", "--model", "fake", "--task", "hallucination", "--out", str(tmp_path),
                   "--judge", "lexicon"], standalone_mode=False)
+
+
+def test_judging_refuses_a_data_file_that_changed_since_the_run(tmp_path):
+    [run] = fake_run(tmp_path, ["fake:echo"])
+    rows = xsum_rows(10)
+    rows[int(json.loads((run / "samples.jsonl").read_text().splitlines()[0])["id"][-6:])]["document"] += " Edited."
+    write_jsonl(tmp_path / "xsum.jsonl", rows)
+    from evalsuite.records import RunFolder
+
+    the_task = task(data=str(tmp_path / "xsum.jsonl"), samples="6")
+    with pytest.raises(UserError, match="differs from .*judge with the data the run was made from"):
+        the_task.judge_step(RunFolder(run), make_judge(JudgeSettings(spec="lexical"), tmp_path / "c"))
+    assert not (run / "judgements" / "lexical.jsonl").exists()

@@ -22,7 +22,6 @@ same command again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -317,7 +316,3 @@ def write_meta(folder: Path, judge: Judge) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -90,6 +90,14 @@ class _Fatal(Exception):
     """The endpoint refuses every request (bad key, wrong address): stop the run."""
 
 
+def _without_credentials(url: str) -> str:
+    """`url` fit for files and messages: any user:password@ part removed."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+
+
 def _is_loopback(url: str) -> bool:
     host = urllib.parse.urlsplit(url).hostname or ""
     if host == "localhost":
@@ -115,7 +123,8 @@ class OpenAIJudge:
         # a proxy from the environment must not capture requests to a server on this machine
         handlers = [urllib.request.ProxyHandler({})] if _is_loopback(self.url) else []
         self._opener = urllib.request.build_opener(*handlers)
-        self.public_settings = {"endpoint": self.endpoint, "model": self.model, "max_tokens": settings.max_tokens,
+        self.public_endpoint = _without_credentials(self.endpoint)
+        self.public_settings = {"endpoint": self.public_endpoint, "model": self.model, "max_tokens": settings.max_tokens,
                                 "api_key_env": settings.api_key_env}
 
     # ---- requests --------------------------------------------------------------------------
@@ -181,7 +190,7 @@ class OpenAIJudge:
             finally:
                 stop.set()
         if failure:
-            raise JudgeUnavailable(f"judge endpoint {self.endpoint}: {failure}")
+            raise JudgeUnavailable(f"judge endpoint {self.public_endpoint}: {failure}")
 
     def _call(self, body: bytes, stop: threading.Event) -> CallResult:
         """One request with its retries; never raises for HTTP trouble."""
