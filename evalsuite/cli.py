@@ -271,35 +271,6 @@ def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: boo
     click.echo(tasks[0].judge_table([f.path for f in folders], judge.name))
 
 
-@cli.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@_judge_options(required=True)
-@click.option("--device", default="auto", show_default=True, help="Device of an hf judge.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True, help="Batch of an hf judge.")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: bool, **judge_args) -> None:
-    """Judge the saved outputs of finished runs (again) without loading the evaluated model: verdicts go
-    to RUN/judgements/<judge>.jsonl beside earlier judges'; a rerun judges only what has no verdict."""
-    from .records import open_run
-    from .report import task_for_run
-    from .runner import finish
-
-    folders = [open_run(path) for path in runs]
-    tasks = []
-    for folder in folders:
-        if not folder.complete:
-            raise UserError(f"run {folder.path} is not complete (no summary.json); rerun its command to finish it")
-        tasks.append(task_for_run(folder))
-        if not hasattr(tasks[-1], "judge_step"):
-            raise UserError(f"task {tasks[-1].name} of {folder.path} has no judging step")
-    judge = _make_judge(judge_args, folders[0].path.parent / "judge-cache.sqlite", device, batch_size)
-    for folder, task in zip(folders, tasks):
-        outcome = task.judge_step(folder, judge, progress=not no_progress)
-        finish(task, folder)
-        click.echo(f"{folder.path}: {outcome.new} new verdicts from {outcome.label}")
-    click.echo(tasks[0].judge_table([f.path for f in folders], judge.name))
-
-
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
