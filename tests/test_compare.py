@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from conftest import run_cli
 from evalsuite.backends import load_model
 from evalsuite.cli import main
 from evalsuite.compare import bootstrap_means, compare, compare_runs, needle_marks, paired_test
@@ -120,14 +119,14 @@ def test_tiny_diff_vs_base_writes_tables_and_heatmap(tmp_path, tiny_models):
     assert "# needle: tiny-diff vs tiny-base" in (folder / "comparison.md").read_text()
 
 
-def test_different_task_configurations_are_refused(tmp_path):
+def test_different_task_configurations_are_refused(tmp_path, capsys):
     run_a = needle_run(tmp_path, "fake:oracle", {"lengths": "1024", "depths": "0", "samples": "1"})
     run_b = needle_run(tmp_path, "fake:oracle", {"lengths": "2048", "depths": "0", "samples": "1"})
     with pytest.raises(UserError, match=r"lengths: \[1024\] vs \[2048\]"):
         compare(run_a, run_b)
-    result = run_cli("compare", str(run_a), str(run_b), "--out", str(tmp_path / "cmp"))
-    assert result.returncode == 2
-    assert result.stderr.startswith("error: cannot compare") and len(result.stderr.strip().splitlines()) == 1
+    code, _, err = invoke(capsys, "compare", str(run_a), str(run_b), "--out", str(tmp_path / "cmp"))
+    assert code == 2
+    assert err.startswith("error: cannot compare") and len(err.strip().splitlines()) == 1
 
 
 def test_runs_join_on_sample_id_when_one_was_limited(tmp_path):
