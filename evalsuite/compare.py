@@ -375,7 +375,7 @@ def comparison_plots(comparison: Comparison, folder: Path) -> list[Path]:
 
     if comparison.task == "needle":
         return plots.needle_pair_heatmaps(comparison.frame_a, comparison.frame_b, folder, comparison.names,
-                                          marks=needle_marks(comparison))
+                                          marks=needle_marks(comparison), alpha=comparison.alpha)
     if not comparison.keys:
         return []
     return plots.paired_difference_plots(pd.DataFrame(comparison.cells), comparison.keys, folder, comparison.names)

@@ -217,7 +217,7 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
         f"<p>task <b>{esc(config['task'])}</b>, model <b>{esc(model)}</b>, {len(frame)} samples, "
         f"folder <code>{esc(run.path)}</code></p>",
         results_section(frame, spec.group_by, spec.metrics),
-        "<h3>Plots</h3>" + ("".join(image(p) for p in plots) or "<p>none</p>"),
+        "<h3>Plots</h3>" + ("".join(image(p) for p in plots if p.suffix == ".png") or "<p>none</p>"),
         samples, config_section(config), "</section>",
     ])
 
@@ -238,7 +238,7 @@ def comparison_sections(runs: Sequence[RunFolder], plot_dir: Path) -> str:
         section = [f"<h2>{esc(comparison.task)}: {esc(comparison.names[0])} vs {esc(comparison.names[1])}</h2>",
                    "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in comparison.notes()) + "</ul>",
                    table(header, body)]
-        section += [image(p) for p in comparison_plots(comparison, folder)]
+        section += [image(p) for p in comparison_plots(comparison, folder) if p.suffix == ".png"]
         if comparison.keys:
             section.append("<details><summary>per cell</summary>"
                            + table(*display_rows(comparison.cells, comparison.keys, comparison.names)) + "</details>")

@@ -72,7 +72,8 @@ def needle_heatmaps(frame: pd.DataFrame, folder: Path, title: str) -> list[Path]
 
 
 def needle_pair_heatmaps(frame_a: pd.DataFrame, frame_b: pd.DataFrame, folder: Path, names: tuple[str, str],
-                         marks: pd.DataFrame | dict[tuple[int, int], pd.DataFrame] | None = None) -> list[Path]:
+                         marks: pd.DataFrame | dict[tuple[int, int], pd.DataFrame] | None = None,
+                         alpha: float = 0.05) -> list[Path]:
     """Side by side heatmaps of two models and the difference (a - b) heatmap.
 
     `marks`, when given, is a depth x length frame of booleans (significant cells),
@@ -93,7 +94,7 @@ def needle_pair_heatmaps(frame_a: pd.DataFrame, frame_b: pd.DataFrame, folder: P
             aligned = setting_marks.reindex(index=diff.index, columns=diff.columns).fillna(False).astype(bool)
             annot = annot.where(~aligned, annot + "*")
         fig, ax = plt.subplots(figsize=(1.2 * diff.shape[1] + 3, 0.6 * diff.shape[0] + 2))
-        note = " (* p<0.05, McNemar)" if setting_marks is not None else ""
+        note = f"\n* p<{alpha:g}, McNemar" if setting_marks is not None else ""
         _draw(diff, ax, f"{names[0]} minus {names[1]}: N={n}, R={r}{note}", diverging=True, annot=annot)
         paths.append(_save(fig, Path(folder) / f"heatmap_diff{suffix}.png"))
     return paths
