@@ -370,15 +370,22 @@ def needle_marks(comparison: Comparison, metric: str = "correct_all") -> dict[tu
 
 def comparison_plots(comparison: Comparison, folder: Path) -> list[Path]:
     """The needle difference heatmaps with significant cells marked; for other tasks,
-    the per-cell difference with its interval along the first axis."""
+    their own `pair_report` outputs, if any, and the per-cell difference with its
+    interval along the first axis."""
     from . import plots
+    from .registry import TASKS
 
+    folder.mkdir(parents=True, exist_ok=True)
     if comparison.task == "needle":
         return plots.needle_pair_heatmaps(comparison.frame_a, comparison.frame_b, folder, comparison.names,
                                           marks=needle_marks(comparison), alpha=comparison.alpha)
+    # a task's own side-by-side outputs (zeroshot: both models in one table and one bits plot)
+    pair_report = getattr(TASKS.get(comparison.task), "pair_report", None)
+    extra = pair_report(comparison.frame_a, comparison.frame_b, folder, comparison.names) if pair_report else []
     if not comparison.keys:
-        return []
-    return plots.paired_difference_plots(pd.DataFrame(comparison.cells), comparison.keys, folder, comparison.names)
+        return extra
+    return extra + plots.paired_difference_plots(pd.DataFrame(comparison.cells), comparison.keys, folder,
+                                                 comparison.names)
 
 
 def write_comparison(comparison: Comparison, folder: Path) -> list[Path]:
