@@ -14,7 +14,8 @@ from scipy import stats as sps
 
 from evalsuite.backends import load_model
 from evalsuite.cli import main
-from evalsuite.compare import bootstrap_means, compare, compare_runs, needle_marks, paired_test
+from evalsuite.compare import (PACKAGE_DIR, bootstrap_means, compare, compare_runs, needle_marks, paired_test,
+                               task_identity)
 from evalsuite.errors import UserError
 from evalsuite.records import Record, RunFolder, config_hash
 from evalsuite.runner import RunOptions, make_task, run_task
@@ -206,3 +207,12 @@ def test_one_sided_test_only_sees_drops_in_one_direction():
 def test_compare_needs_existing_inputs(tmp_path, capsys):
     code, _, err = invoke(capsys, "compare", str(tmp_path / "missing-a"), str(tmp_path / "missing-b"))
     assert code == 2 and err.startswith("error: no such run folder or suite result")
+
+
+def test_identity_ignores_preset_and_where_the_package_is_installed():
+    shipped = str(PACKAGE_DIR / "suites" / "data" / "x.jsonl")
+    config = {"task": "icl", "params": {"data": shipped, "shots": "1,4", "preset": "smoke"}}
+    assert task_identity(config) == {"task": "icl", "params": {"data": "<evalsuite>/suites/data/x.jsonl",
+                                                               "shots": "1,4"}}
+    elsewhere = {"task": "icl", "params": {"data": "/home/me/x.jsonl", "shots": "1,4"}}
+    assert task_identity(elsewhere)["params"]["data"] == "/home/me/x.jsonl"

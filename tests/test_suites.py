@@ -145,6 +145,12 @@ def test_run_suite_on_two_models_compares_each_entry(tmp_path, capsys):
     assert stdout.count("comparison ") == 2
     folders = sorted((tmp_path / "res").glob("compare-needle-fake-oracle-vs-fake-wrong-*"))
     assert len(folders) == 2 and all((f / "heatmap_diff.png").is_file() for f in folders)
+    # the two suite results compare run by run, like the two models did
+    results = [str(tmp_path / "res" / f"suite-mini-{m}.json") for m in ("fake-oracle", "fake-wrong")]
+    code, stdout, err = invoke(capsys, "compare", *results, "--out", str(tmp_path / "again"))
+    assert code == 0, err
+    assert stdout.count("# needle: fake-oracle vs fake-wrong") == 2
+    assert len(list((tmp_path / "again").glob("compare-*/comparison.md"))) == 2
 
 
 @pytest.mark.parametrize("args, message", [
