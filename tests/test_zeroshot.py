@@ -130,18 +130,7 @@ def test_bits_sweep_for_two_models_writes_records_table_and_plot(tiny_models, da
     assert "tiny-diff" in table and "tiny-base" in table and table.count("\n") == 2 + 6
 
 
-def test_sixteen_bits_is_the_unquantized_model(diff_model, data_dir, tmp_path):
-    plain = run_task(ZeroShot(benchmarks=("hellaswag",), data_dir=str(data_dir), limit=3), diff_model,
-                     RunOptions(out=tmp_path, progress=False))
-    swept = run_task(ZeroShot(benchmarks=("hellaswag",), data_dir=str(data_dir), limit=3, bits=(16, 6)),
-                     diff_model, RunOptions(out=tmp_path, progress=False))
-    plain_out = {r.info["doc_id"]: r.outputs for r in plain.read_records()}
-    sixteen = {r.info["doc_id"]: r.outputs for r in swept.read_records() if r.axes["bits"] == 16}
-    assert sixteen == plain_out
-    assert diff_model.model.config._attn_implementation == "sdpa"  # the sweep left the model as loaded
-
-
-def test_resume_after_a_kill_gives_the_same_records(diff_model, data_dir, tmp_path):
+def test_resume_after_a_kill_gives_the_same_records_and_16_bits_is_unquantized(diff_model, data_dir, tmp_path):
     params = dict(benchmarks=("hellaswag",), data_dir=str(data_dir), bits=(16, 4), limit=4)
     task = ZeroShot(**params)
     whole = run_task(task, diff_model, RunOptions(out=tmp_path / "whole", progress=False, chunk=3))
@@ -153,6 +142,11 @@ def test_resume_after_a_kill_gives_the_same_records(diff_model, data_dir, tmp_pa
     key = lambda r: (r.id, r.outputs, tuple(sorted(r.scores.items())))  # noqa: E731
     assert sorted(map(key, resumed.read_records())) == sorted(map(key, whole.read_records()))
     assert len(resumed.read_records()) == 8
+    plain = run_task(ZeroShot(benchmarks=("hellaswag",), data_dir=str(data_dir), limit=4), diff_model,
+                     RunOptions(out=tmp_path / "plain", progress=False))
+    sixteen = {r.info["doc_id"]: r.outputs for r in whole.read_records() if r.axes["bits"] == 16}
+    assert sixteen == {r.info["doc_id"]: r.outputs for r in plain.read_records()}
+    assert diff_model.model.config._attn_implementation == "sdpa"  # the sweep left the model as loaded
 
 
 def test_fewshot_examples_come_from_the_train_file(diff_model, tmp_path):
