@@ -8,12 +8,14 @@ a time; summary.json and plots are written last, from samples.jsonl only.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import os
 import platform
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,14 +122,31 @@ def run_task(task: Any, model: ModelAdapter, options: RunOptions) -> RunFolder:
     bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc=f"{task.name} {model.name}",
                unit="sample", disable=None if options.progress else True, dynamic_ncols=True)
     with bar:
-        for start in range(0, len(todo), options.chunk):
-            chunk = todo[start : start + options.chunk]
-            run.append(evaluate(task, model, chunk, options.log_prompts))
+        for chunk in _chunks(task, todo, options.chunk):
+            with _model_setting(task, model, chunk[0]):
+                run.append(evaluate(task, model, chunk, options.log_prompts))
             bar.update(len(chunk))
     if options.judge is not None:  # judging is its own step over the saved outputs (see `evalsuite score`)
         task.judge_step(run, options.judge, progress=options.progress)
     finish(task, run)
     return run
+
+
+def _chunks(task: Any, samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
+    """Runs of at most `size` samples. A task may declare `model_setting(sample)` (zeroshot:
+    the attention bit width); one chunk never mixes settings, so one model call never does."""
+    setting = getattr(task, "model_setting", lambda sample: None)
+    for _, group in itertools.groupby(samples, key=setting):
+        run = list(group)
+        for start in range(0, len(run), size):
+            yield run[start : start + size]
+
+
+def _model_setting(task: Any, model: ModelAdapter, sample: Sample) -> contextlib.AbstractContextManager:
+    """The task's `apply_model_setting(model, setting)` context for this chunk, if it has one."""
+    if not hasattr(task, "model_setting"):
+        return contextlib.nullcontext()
+    return task.apply_model_setting(model, task.model_setting(sample))
 
 
 def evaluate(task: Any, model: ModelAdapter, samples: Sequence[Sample], log_prompts: bool) -> list[Record]:
@@ -140,6 +159,9 @@ def evaluate(task: Any, model: ModelAdapter, samples: Sequence[Sample], log_prom
         if picked:
             for (i, j, _), out in zip(picked, call([r for _, _, r in picked])):
                 outputs[(i, j)] = out
+    for i, j, r in flat:
+        if hasattr(r, "measure"):  # a probe measures the model itself (outliers: activation statistics)
+            outputs[(i, j)] = r.measure(model)
     records = []
     for i, (sample, (reqs, info)) in enumerate(zip(samples, built)):
         outs = [_jsonable_output(outputs[(i, j)]) for j in range(len(reqs))]
