@@ -318,6 +318,9 @@ class Outliers:
         return {"outliers": table, "median_relative_error_bound": MEDIAN_RELATIVE_ERROR,
                 "table": markdown_table(table, str(frame["model"].iloc[0]))}
 
+    def report_section(self, run: RunFolder) -> str:
+        return markdown_table(outlier_table(run), run.read_records()[0].model)
+
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
         from ..plots import outlier_layers
 

@@ -98,8 +98,10 @@ def local_data_overrides(name: str, config: dict[str, Any], data_dir: str, fewsh
 
 def load_benchmark(name: str, manager: Any, data_dir: str, fewshot: int, seed: int) -> Any:
     """lm-eval's task object for `name`, on local files when `data_dir` is set."""
+    import datasets
     from lm_eval.api.task import Task
 
+    datasets.disable_progress_bars()  # evalsuite's own progress bar is the one that matters
     if name not in manager.all_subtasks:
         raise unknown("lm-eval benchmark", name, manager.all_subtasks)
     overrides = local_data_overrides(name, manager.task_index[name].cfg, data_dir, fewshot) if data_dir else {}
@@ -303,6 +305,11 @@ class ZeroShot:
     def summary(self, frame: Any) -> dict[str, Any]:
         rows = aggregate_rows(frame)
         return {"lm_eval": rows, "table": paper_table(rows)}
+
+    def report_section(self, run: Any) -> str:
+        from ..report import run_frame
+
+        return paper_table(aggregate_rows(run_frame(run)))
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
         if "bits" not in frame.columns:
