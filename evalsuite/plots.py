@@ -129,3 +129,40 @@ def paired_difference_plots(cells: pd.DataFrame, keys: list[str], folder: Path, 
             ax.legend(title=", ".join(others), fontsize="small")
         paths.append(_save(fig, Path(folder) / f"difference_{metric}.png"))
     return paths
+
+def accuracy_vs_bits(rows: list[dict], path: Path, title: str) -> Path:
+    """Zero-shot accuracy (the paper's metric, ±1 lm-eval stderr) against attention-logit
+    bits, one line per model, one panel per benchmark; 16 bits (unquantized) on the left."""
+    scores = pd.DataFrame([r for r in rows if r["metric"] == "score"])
+    benchmarks = list(dict.fromkeys(scores["benchmark"]))
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.2 * len(benchmarks), 3.8), squeeze=False, sharey=True)
+    for ax, benchmark in zip(axes[0], benchmarks):
+        for model, line in scores[scores["benchmark"] == benchmark].groupby("model", sort=True):
+            line = line.sort_values("bits", ascending=False)
+            ax.errorbar(line["bits"].astype(str), line["value"], yerr=line["stderr"].fillna(0.0), marker="o",
+                        capsize=3, label=str(model))
+        ax.set_title(benchmark)
+        ax.set_xlabel("attention logit bits (16 = none)")
+        ax.set_ylim(0, 1)
+    axes[0][0].set_ylabel("accuracy (acc_norm for hellaswag)")
+    axes[0][-1].legend(fontsize="small")
+    fig.suptitle(f"{title}: accuracy vs absmax-quantized attention logits")
+    return _save(fig, Path(path))
+
+
+def outlier_layers(per_layer: list[dict], path: Path, title: str) -> Path:
+    """Top-1 and median |x| per layer, attention logits and hidden states side by side (log scale)."""
+    frame = pd.DataFrame(per_layer)
+    kinds = list(dict.fromkeys(frame["kind"]))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.8), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        part = frame[frame["kind"] == kind].sort_values("layer")
+        for column, label in (("top1", "top-1"), ("top10", "top-10"), ("median", "median")):
+            ax.plot(part["layer"], part[column].astype(float), marker="o", label=label)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("|x|")
+        ax.set_title(kind)
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{title}: activation magnitudes per layer")
+    return _save(fig, Path(path))

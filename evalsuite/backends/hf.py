@@ -25,6 +25,7 @@ from ..params import build_params
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _HASH_LIMIT = 512 * 1024 * 1024  # weights larger than this are fingerprinted by size and mtime
+_LOAD_IN = ("none", "8bit", "4bit")
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,17 @@ class HFOptions:
     trust_remote_code: bool = False
     max_context: int = 0  # 0: the model config's max_position_embeddings
     max_batch_tokens: int = 32768  # padded tokens per forward pass, caps --batch-size for long prompts
+    attn_quant: str = "none"  # none | absmax:<bits>: quantize the pre-softmax attention logits (evalsuite.quant)
+    attn_quant_granularity: str = "tensor"  # tensor | head | row: what one absmax scale covers
+    load_in: str = "none"  # none | 8bit | 4bit: bitsandbytes weight quantization (CUDA only)
 
     def __post_init__(self) -> None:
+        from ..quant import check_granularity, parse_attn_quant
+
+        parse_attn_quant(self.attn_quant)
+        check_granularity(self.attn_quant_granularity)
+        if self.load_in not in _LOAD_IN:
+            raise ValueError(f"-M load_in must be one of {', '.join(_LOAD_IN)}, got {self.load_in!r}")
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise ValueError(f"-M dtype must be auto or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2", "flex_attention"):
@@ -75,6 +85,31 @@ def _weights_fingerprint(files: list[Path]) -> dict[str, Any]:
             digest.update(_sha256_file(f).encode())
         return {"weights_sha256": digest.hexdigest(), "weights_bytes": total}
     return {"weights_bytes": total, "weights_mtime": max(int(f.stat().st_mtime) for f in files)}
+
+
+def _weight_quantization(load_in: str, device: torch.device) -> dict[str, Any]:
+    """from_pretrained arguments for -M load_in=8bit|4bit (bitsandbytes, CUDA only)."""
+    if load_in == "none":
+        return {}
+    from importlib.util import find_spec
+
+    if device.type != "cuda":
+        raise UserError(f"-M load_in={load_in} needs a CUDA device (bitsandbytes); this run is on {device.type}")
+    if find_spec("bitsandbytes") is None:
+        raise UserError(f"-M load_in={load_in} needs the bitsandbytes package: pip install bitsandbytes")
+    from transformers import BitsAndBytesConfig
+
+    config = BitsAndBytesConfig(load_in_8bit=True) if load_in == "8bit" else BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+    return {"quantization_config": config, "device_map": {"": device}}
+
+
+def _apply_attn_quant(model: Any, options: HFOptions) -> None:
+    from ..quant import AttnQuant, enable, parse_attn_quant
+
+    quant = AttnQuant(parse_attn_quant(options.attn_quant), options.attn_quant_granularity)
+    if quant.active:
+        enable(model, quant)
 
 
 def _locate(spec: str, gguf: bool) -> tuple[str, str | None]:
@@ -141,15 +176,19 @@ class HFModel:
         kwargs: dict[str, Any] = {"trust_remote_code": options.trust_remote_code}
         if gguf_file:
             kwargs["gguf_file"] = gguf_file
+        weights = _weight_quantization(options.load_in, torch_device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(
-                folder, dtype=dtype, attn_implementation=options.attn_implementation, **kwargs
+                folder, dtype=dtype, attn_implementation=options.attn_implementation, **kwargs, **weights
             )
         except Exception as exc:  # safetensors, gguf, tokenizers... each has its own error types for a bad file
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"could not load {spec}: {first_line}") from None
-        model.to(torch_device).eval()
+        if options.load_in == "none":  # bitsandbytes models are placed at load and cannot be moved
+            model.to(torch_device)
+        model.eval()
+        _apply_attn_quant(model, options)
         name = label or (Path(gguf_file).stem if gguf_file else Path(folder).name)
         source = {"label": name, "spec": spec, "path": folder, "gguf_file": gguf_file}
         return cls(model, tokenizer, options, source, batch_size)
@@ -189,9 +228,21 @@ class HFModel:
             "attn_implementation": self.model.config._attn_implementation,
             "chat_template": self.chat_template,
             "max_context": self.max_context,
-            "quantization": None,
+            "quantization": self._quantization(),
             "transformers": transformers.__version__,
         }
+
+    def _quantization(self) -> dict[str, Any] | None:
+        """What -M attn_quant / load_in changed, as loaded (a -T bits sweep is part of the task)."""
+        from ..quant import parse_attn_quant
+
+        out: dict[str, Any] = {}
+        if parse_attn_quant(self.options.attn_quant) < 16:
+            out["attn_logits"] = self.options.attn_quant
+            out["attn_granularity"] = self.options.attn_quant_granularity
+        if self.options.load_in != "none":
+            out["weights"] = f"bitsandbytes-{self.options.load_in}"
+        return out or None
 
     # ---- tokens --------------------------------------------------------------------------
 
