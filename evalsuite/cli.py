@@ -114,19 +114,24 @@ def _make_judge(args: dict, default_cache: Path, device: str = "auto", batch_siz
               help="Folder under which run folders are written.")
 @click.option("--log-prompts", is_flag=True, help="Store full prompt texts in samples.jsonl (large for long runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@click.option("--no-prefix-cache", is_flag=True,
+              help="Encode every prompt whole instead of reusing a shared prefix's KV cache (same results, slower).")
 @_judge_options(required=False)
 def run(models: tuple[str, ...], task: str | None, suite: str | None, task_options: tuple[str, ...],
         model_options: tuple[str, ...], limit: int | None, batch_size: int, device: str, seed: int | None, out: Path,
-        log_prompts: bool, no_progress: bool, **judge_args) -> None:
+        log_prompts: bool, no_progress: bool, no_prefix_cache: bool, **judge_args) -> None:
     """Run a task (or a suite of tasks) on one or two models; the same command resumes an interrupted run."""
     from .runner import RunOptions, make_task, run_models
 
     # one batch per append: a killed run loses at most the batch in flight
     options = RunOptions(out=out, limit=limit, log_prompts=log_prompts, progress=not no_progress, chunk=batch_size)
+    backend_options = split_pairs(model_options, "-M")
+    if no_prefix_cache:  # an -M option, so that -M prefix_cache=false works too; never part of the run hash
+        backend_options["prefix_cache"] = "false"
     if judge_args.get("judge") and suite is not None:
         raise UserError("--judge works with --task (e.g. hallucination), not with --suite")
     if suite is not None or task is None:
-        _run_suite(suite, task, task_options, models, split_pairs(model_options, "-M"), seed, device, batch_size,
+        _run_suite(suite, task, task_options, models, backend_options, seed, device, batch_size,
                    options)
         return
     task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
@@ -135,7 +140,7 @@ def run(models: tuple[str, ...], task: str | None, suite: str | None, task_optio
     judge = _make_judge(judge_args, out / "judge-cache.sqlite", device, batch_size)
     if judge is not None:
         options = replace(options, judge=judge)
-    runs = run_models(task_obj, models, split_pairs(model_options, "-M"), device, batch_size, options)
+    runs = run_models(task_obj, models, backend_options, device, batch_size, options)
     for run_folder in runs:
         summary = json.loads(run_folder.summary_path.read_text())
         click.echo(f"{run_folder.path}: {_headline(summary)}")

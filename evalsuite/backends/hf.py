@@ -39,6 +39,7 @@ class HFOptions:
     trust_remote_code: bool = False
     max_context: int = 0  # 0: the model config's max_position_embeddings
     max_batch_tokens: int = 32768  # padded tokens per forward pass, caps --batch-size for long prompts
+    prefix_cache: bool = True  # encode a shared prefix once and reuse its KV cache (same results)
     attn_quant: str = "none"  # none | absmax:<bits>: quantize the pre-softmax attention logits (evalsuite.quant)
     attn_quant_granularity: str = "tensor"  # tensor | head | row: what one absmax scale covers
     load_in: str = "none"  # none | 8bit | 4bit: bitsandbytes weight quantization (CUDA only)
@@ -149,6 +150,8 @@ class HFModel:
         self.max_context = options.max_context or config_max or 2048
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
         self.eos_ids = self._eos_ids()
+        self._prefix: _Prefix | None = None  # the current shared prefix's cache, kept across calls
+        self._cacheable = True
         if self.chat_template and not getattr(tokenizer, "chat_template", None):
             raise UserError(f"-M chat_template=true but {self.name} has no chat template")
 
@@ -293,45 +296,147 @@ class HFModel:
             mask[i, width - len(row) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    # ---- prefix cache --------------------------------------------------------------------
+
+    def _groups(self, requests: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
+        """Request indices grouped by shared prefix, in order of first appearance, so the
+        current prefix's cache serves its requests before the next prefix replaces it.
+        Without the cache: one group, each request encoded whole."""
+        if not self.options.prefix_cache:
+            return [(None, list(range(len(requests))))]
+        groups: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(request.prefix, []).append(i)
+        return list(groups.items())
+
+    def _rows_for(self, prefix: str | None, requests: Sequence[Any], texts: list[str],
+                  extra: Sequence[int] | None = None) -> tuple[_Prefix | None, list[list[int]]]:
+        """Token rows for one group: the parts after the prefix when its cached encoding can
+        serve them (every part non-empty and, when `extra` tokens follow, prefix + part +
+        extra within max_context), else whole prompts encoded as `encode_pair` does."""
+        attention = self._attention_state()
+        if prefix and self._cacheable and attention is not None:
+            parts = [self.encode(t, first=False) for t in texts]
+            if all(parts):
+                state = self._prefix_for(prefix, attention)
+                longest = max(len(p) + e for p, e in zip(parts, extra or [0] * len(parts)))
+                if state is not None and (extra is None or state.length + longest <= self.max_context):
+                    return state, parts
+        return None, [self.encode_pair(r.prefix, t) for r, t in zip(requests, texts)]
+
+    def _attention_state(self) -> Any:
+        """What the cached keys and values depend on besides the tokens: the attention-logit
+        quantization in force. None when a cache cannot reproduce a whole-prompt pass: a
+        quantization scale shared by query rows (tensor, head) sees other rows in a pass that
+        starts after the prefix, and an observer of the logits would see the prefix only once."""
+        from .. import quant
+
+        hook = getattr(self.model, quant._HOOK, None)
+        if hook is None:
+            return quant.AttnQuant()
+        if hook.observer is not None or (hook.quant.active and hook.quant.granularity != "row"):
+            return None
+        return hook.quant
+
+    def _prefix_for(self, prefix: str, attention: Any) -> _Prefix | None:
+        """The cached encoding of `prefix`, computed once and kept until another prefix comes."""
+        if self._prefix is not None and self._prefix.text == prefix and self._prefix.attention == attention:
+            return self._prefix
+        self._prefix = None  # free the old cache first: one prefix in memory at a time
+        state = self._encode_prefix(prefix, attention)
+        from transformers.cache_utils import DynamicLayer
+
+        if not all(type(layer) is DynamicLayer for layer in state.cache.layers):
+            self._cacheable = False  # sliding-window or recurrent layers: cannot crop or widen safely
+            return None
+        self._prefix = state
+        return state
+
+    @torch.inference_mode()
+    def _encode_prefix(self, prefix: str, attention: Any) -> _Prefix:
+        """One batch-1 pass over the prefix (in max_batch_tokens pieces), keeping its KV cache."""
+        ids = self.encode(prefix)
+        cache = None
+        step = self.options.max_batch_tokens
+        for start in range(0, len(ids), step):
+            piece = torch.tensor([ids[start : start + step]], dtype=torch.long, device=self.device)
+            positions = torch.arange(start, start + piece.shape[1], device=self.device)[None]
+            cache = self.model(input_ids=piece, position_ids=positions, past_key_values=cache, use_cache=True,
+                               logits_to_keep=1).past_key_values
+        return _Prefix(prefix, len(ids), cache, attention)
+
+    def _forward(self, rows: list[list[int]], prefix: _Prefix | None, keep: int, use_cache: bool
+                 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """Left-padded rows through the model, after the cached prefix when one is given.
+        Positions continue from the prefix, so each row sees exactly the tokens (and
+        positions) it would see as one whole prompt."""
+        ids, mask = self._left_pad(rows)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = None
+        if prefix is not None:
+            cache = prefix.for_batch(len(rows))
+            positions = positions + prefix.length
+            mask = torch.cat([mask.new_ones((len(rows), prefix.length)), mask], dim=1)
+            use_cache = True
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=use_cache, logits_to_keep=keep)
+        return out, mask, positions
+
     # ---- generation ----------------------------------------------------------------------
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
-        encoded = [self.encode_pair(r.prefix, r.prompt) for r in requests]
         outputs: list[str] = [""] * len(requests)
-        for batch in self._batches([len(e) for e in encoded]):
-            texts = self._generate_batch([encoded[i] for i in batch], [requests[i] for i in batch])
-            for i, text in zip(batch, texts):
-                outputs[i] = text
+        for prefix, indices in self._groups(requests):
+            group = [requests[i] for i in indices]
+            state, rows = self._rows_for(prefix, group, [r.prompt for r in group])
+            width = state.length if state else 0
+            for batch in self._batches([width + len(r) for r in rows]):
+                try:
+                    texts = self._generate_batch([rows[i] for i in batch], [group[i] for i in batch], state)
+                finally:
+                    if state is not None:
+                        state.restore()
+                for i, text in zip(batch, texts):
+                    outputs[indices[i]] = text
         return outputs
 
     @torch.inference_mode()
-    def _generate_batch(self, rows: list[list[int]], requests: list[GenerationRequest]) -> list[str]:
-        ids, mask = self._left_pad(rows)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    def _generate_batch(self, rows: list[list[int]], requests: list[GenerationRequest], prefix: _Prefix | None
+                        ) -> list[str]:
+        out, mask, positions = self._forward(rows, prefix, keep=1, use_cache=True)
         cache = out.past_key_values
-        generated: list[list[int]] = [[] for _ in rows]
-        texts = [""] * len(rows)
-        active = [True] * len(rows)
-        max_steps = max(r.max_new_tokens for r in requests)
-        next_ids = out.logits[:, -1].argmax(-1)
-        for step in range(max_steps):
-            for i, token in enumerate(next_ids.tolist()):
-                if not active[i]:
-                    continue
-                generated[i].append(token)
-                texts[i], active[i] = self._continue(generated[i], requests[i], token)
-            if not any(active) or step == max_steps - 1:
+        states = [_Row(r, ChoiceTrie(r.choices, lambda c: self.encode(c, first=False)) if r.choices else None)
+                  for r in requests]
+        logits = out.logits[:, -1]
+        while True:
+            feed = [self._advance(s, logits[i]) if s.active else self.pad_id for i, s in enumerate(states)]
+            if not any(s.active for s in states):
                 break
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             positions = positions[:, -1:] + 1
-            out = self.model(
-                input_ids=next_ids[:, None], attention_mask=mask, position_ids=positions,
-                past_key_values=cache, use_cache=True,
-            )
+            token_ids = torch.tensor(feed, dtype=torch.long, device=self.device)[:, None]
+            out = self.model(input_ids=token_ids, attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            next_ids = out.logits[:, -1].argmax(-1)
-        return texts
+            logits = out.logits[:, -1]
+        return [s.text for s in states]
+
+    def _advance(self, row: _Row, logits: torch.Tensor) -> int:
+        """One greedy step for `row`: the token to feed next; marks the row done when its
+        answer is complete (a stop string, EOS, max_new_tokens, or a whole choice)."""
+        if row.trie is None:
+            token = int(logits.argmax())
+            row.tokens.append(token)
+            row.text, row.active = self._continue(row.tokens, row.request, token)
+            return token
+        token, child = row.trie.pick(row.node, logits)
+        if token is None:
+            return row.finish(row.node[END])
+        settled = ChoiceTrie.settled(child)
+        if settled is not None:  # one choice left: its remaining tokens are forced, no need to run them
+            return row.finish(settled)
+        row.node = child
+        return token
 
     def _continue(self, tokens: list[int], request: GenerationRequest, last: int) -> tuple[str, bool]:
         """Decoded text so far, cut at the first stop string, and whether to go on."""
@@ -347,27 +452,35 @@ class HFModel:
     # ---- log-likelihood ------------------------------------------------------------------
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
-        pairs = []
-        for r in requests:
-            context = self.encode_pair(r.prefix, r.context)
-            continuation = self.encode(r.continuation, first=False)
-            if not continuation:
-                raise UserError(f"empty continuation after tokenization: {r.continuation!r}")
-            pairs.append((context, continuation))
         results: list[Loglikelihood | None] = [None] * len(requests)
-        for batch in self._batches([len(c) + len(k) for c, k in pairs]):
-            for i, result in zip(batch, self._loglikelihood_batch([pairs[i] for i in batch])):
-                results[i] = result
+        for prefix, indices in self._groups(requests):
+            group = [requests[i] for i in indices]
+            continuations = [self.encode(r.continuation, first=False) for r in group]
+            for r, continuation in zip(group, continuations):
+                if not continuation:
+                    raise UserError(f"empty continuation after tokenization: {r.continuation!r}")
+            state, contexts = self._rows_for(prefix, group, [r.context for r in group],
+                                             extra=[len(c) for c in continuations])
+            pairs = list(zip(contexts, continuations))
+            width = state.length if state else 0
+            for batch in self._batches([width + len(c) + len(k) for c, k in pairs]):
+                try:
+                    scored = self._loglikelihood_batch([pairs[i] for i in batch], state)
+                finally:
+                    if state is not None:
+                        state.restore()
+                for i, result in zip(batch, scored):
+                    results[indices[i]] = result
         return results  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def _loglikelihood_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[Loglikelihood]:
+    def _loglikelihood_batch(self, pairs: list[tuple[list[int], list[int]]], prefix: _Prefix | None
+                             ) -> list[Loglikelihood]:
         # Left padding puts every continuation at the end of its row, so the logits we
         # need are the last (longest continuation + 1) positions only.
-        ids, mask = self._left_pad([(c + k)[-self.max_context :] for c, k in pairs])
+        rows = [c + k if prefix else (c + k)[-self.max_context :] for c, k in pairs]
         keep = max(len(k) for _, k in pairs) + 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+        logits = self._forward(rows, prefix, keep=keep, use_cache=False)[0].logits
         results = []
         for row, (_, cont) in enumerate(pairs):
             n = len(cont)
@@ -377,6 +490,91 @@ class HFModel:
             greedy = bool((row_logits.argmax(-1) == target).all())
             results.append(Loglikelihood(logprob=logprob, is_greedy=greedy, tokens=n))
         return results
+
+
+END = -1  # trie key that marks a complete choice (token ids are never negative)
+
+
+class ChoiceTrie:
+    """The allowed answers of a request as a trie over their token ids.
+
+    Constrained greedy decoding walks it: at each node the next token is the
+    argmax over that node's children only. Where one choice ends and a longer
+    one continues (a choice that is a token prefix of another), the shorter
+    one is taken unless the model's unrestricted argmax continues it."""
+
+    def __init__(self, choices: Sequence[str], encode: Any):
+        self.choices = tuple(choices)
+        self.root: dict[int, Any] = {}
+        for index, choice in enumerate(self.choices):
+            node = self.root
+            for token in encode(choice):
+                node = node.setdefault(token, {})
+            node.setdefault(END, index)  # duplicates: the first one wins
+
+    def pick(self, node: dict[int, Any], logits: torch.Tensor) -> tuple[int | None, dict[int, Any]]:
+        """(token, child) for the best allowed next token, or (None, node) when the answer ends here."""
+        children = [t for t in node if t != END]
+        if END in node and (not children or int(logits.argmax()) not in node):
+            return None, node
+        allowed = torch.tensor(children, dtype=torch.long, device=logits.device)
+        token = children[int(logits[allowed].argmax())]
+        return token, node[token]
+
+    @staticmethod
+    def settled(node: dict[int, Any]) -> int | None:
+        """The choice index when only one answer remains below `node`, else None."""
+        while END not in node and len(node) == 1:
+            node = next(iter(node.values()))
+        return node[END] if len(node) == 1 and END in node else None
+
+
+class _Row:
+    """The decoding state of one request in a batch."""
+
+    def __init__(self, request: GenerationRequest, trie: ChoiceTrie | None):
+        self.request = request
+        self.trie = trie
+        self.tokens: list[int] = []
+        self.text = ""
+        self.active = trie is not None or request.max_new_tokens > 0
+        self.node = trie.root if trie else {}
+        if trie is not None and ChoiceTrie.settled(trie.root) is not None:
+            self.finish(ChoiceTrie.settled(trie.root))
+
+    def finish(self, index: int) -> int:
+        assert self.trie is not None
+        self.text, self.active = self.trie.choices[index], False
+        return 0  # the token fed for a finished row is never looked at
+
+
+@dataclass
+class _Prefix:
+    """A shared prefix encoded once: its length and its KV cache (batch 1)."""
+
+    text: str
+    length: int
+    cache: Any
+    attention: Any  # the attention quantization it was computed under
+
+    def for_batch(self, size: int) -> Any:
+        """The cache to continue from: the shared one itself for a single row (cropped back
+        by `restore`), else a copy widened to `size` rows for this batch only."""
+        if size == 1:
+            return self.cache
+        from transformers import DynamicCache
+
+        layers = [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v, *_ in self.cache]
+        wide = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in layers])
+        for layer, (keys, values) in zip(wide.layers, layers):
+            layer.keys, layer.values = keys, values  # views: the model's first update copies them, once
+        return wide
+
+    def restore(self) -> None:
+        """Drop what a single-row batch appended, back to the prefix alone."""
+        extra = self.cache.get_seq_length() - self.length
+        if extra > 0:
+            self.cache.crop(-extra)
 
 
 def option_names() -> list[str]:

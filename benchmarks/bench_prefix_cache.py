@@ -1,0 +1,175 @@
+"""Prefix reuse vs recomputing the whole prompt, side by side, for many-shot ICL.
+
+A toy-shaped random model (the shipped toy models' shape, or `--model DIR`)
+answers the same `icl` samples twice, each path in a fresh process so that
+its peak memory is its own:
+
+    reuse       the hf backend encodes the demonstration block once and runs
+                every test question from its KV cache (the default)
+    recompute   -M prefix_cache=false: every question's full prompt, demonstrations
+                included, goes through the model
+
+Predictions must be identical; the script prints both wall times, the speed
+ratio, and each path's peak resident memory above the loaded model next to
+the size of one prefix's KV cache.
+
+    python benchmarks/bench_prefix_cache.py                # 8K-token block, 100 questions, CPU
+    python benchmarks/bench_prefix_cache.py --prefix-tokens 16384 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+LABELS = ("location", "human", "number", "entity", "description", "abbreviation")
+TEMPLATES = ("Where is {}?", "Who {}?", "How many {}?", "What is {}?", "Why {}?", "What does {} stand for?")
+
+
+def write_dataset(path: Path, rows: int, seed: int = 0) -> Path:
+    """A trec-shaped jsonl: questions of filler words, six classes."""
+    from evalsuite.haystack import builtin_sentences
+
+    rng = random.Random(seed)
+    sentences = builtin_sentences(rng)
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(rows):
+            words = next(sentences).rstrip(".").split()[:8]
+            label = i % len(LABELS)
+            fh.write(json.dumps({"text": TEMPLATES[label].format(" ".join(words)), "label": LABELS[label]}) + "\n")
+    return path
+
+
+SIZES = {"tiny": dict(hidden=64, layers=2, heads=4, intermediate=128),  # the test suite's tiny models
+         "toy": {}}  # the shipped toy models' shape (ToySize defaults)
+
+
+def make_model(folder: Path, kind: str, size: str, max_context: int) -> Path:
+    from evalsuite.models.toy import ToySize, build_tokenizer, save_random_model
+
+    shape = ToySize(**SIZES[size], max_context=max_context)
+    return save_random_model(kind, folder, build_tokenizer(), shape, seed=0)
+
+
+def rss_bytes() -> int:
+    """Current resident memory (Linux)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+
+
+def run_path(args: dict[str, Any]) -> dict[str, Any]:
+    """One path in its own process: load, plan, evaluate in runner-sized chunks."""
+    import torch
+
+    from evalsuite.backends.hf import HFModel
+    from evalsuite.runner import evaluate, make_task
+
+    torch.manual_seed(0)
+    model = HFModel.load(args["model"], {"prefix_cache": str(args["cache"]).lower()}, device=args["device"],
+                         batch_size=args["batch_size"])
+    task = make_task("icl", args["task"])
+    task.check(model)
+    samples = task.plan()[: args["questions"]]
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    loaded = rss_bytes()
+    start = time.perf_counter()
+    outputs = []
+    for first in range(0, len(samples), args["batch_size"]):
+        records = evaluate(task, model, samples[first : first + args["batch_size"]], log_prompts=False)
+        outputs += [r.outputs[0] for r in records]
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = {"seconds": seconds, "outputs": outputs, "peak_above_loaded": max(0, peak_kib * 1024 - loaded),
+              "prefix_tokens": task.prefix_tokens(model, samples[0].axes["n_shots"], 0)}
+    if model.device.type == "cuda":
+        result["cuda_peak"] = torch.cuda.max_memory_allocated()
+    config = model.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    bytes_per = torch.finfo(model.model.dtype).bits // 8
+    result["prefix_cache_bytes"] = (2 * config.num_hidden_layers * config.num_key_value_heads * head_dim
+                                    * result["prefix_tokens"] * bytes_per)
+    return result
+
+
+def in_child(args: dict[str, Any], out: Path) -> dict[str, Any]:
+    """`run_path` in a fresh interpreter, so each path's peak memory is its own."""
+    subprocess.run([sys.executable, __file__, "--child", json.dumps(args), str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def shots_for(model: str, data: Path, target: int, questions: int) -> int:
+    """The smallest shot count whose demonstration block reaches `target` tokens."""
+    from evalsuite.backends.hf import HFModel
+    from evalsuite.runner import make_task
+
+    adapter = HFModel.load(model, {}, device="cpu")
+    task = make_task("icl", {"data": str(data), "shots": "1", "test_size": str(questions)})
+    per_shot = max(1, adapter.count_tokens(task.prefix(64, 0)) // 64)
+    n = max(1, target // per_shot)
+    while adapter.count_tokens(task.prefix(n, 0)) < target:
+        n += max(1, (target - adapter.count_tokens(task.prefix(n, 0))) // per_shot)
+    return n
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:.1f} MiB"
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        Path(sys.argv[3]).write_text(json.dumps(run_path(json.loads(sys.argv[2]))))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prefix-tokens", type=int, default=8192, help="demonstration block length (tokens)")
+    parser.add_argument("--questions", type=int, default=100, help="test questions answered by each path")
+    parser.add_argument("--kind", choices=("diff", "base"), default="diff", help="toy architecture to build")
+    parser.add_argument("--size", choices=tuple(SIZES), default="tiny", help="toy model shape to build")
+    parser.add_argument("--model", default=None, help="an HF model folder instead of a random toy model")
+    parser.add_argument("--method", choices=("generate", "loglikelihood"), default="generate")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-prefix-") as tmp:
+        root = Path(tmp)
+        model = args.model or str(make_model(root / "model", args.kind, args.size, max_context=2 * args.prefix_tokens + 1024))
+        rows = args.prefix_tokens // 8 + 4 * args.questions  # a demonstration is well over 8 tokens
+        data = write_dataset(root / "data.jsonl", rows)
+        shots = shots_for(model, data, args.prefix_tokens, args.questions)
+        task = {"data": str(data), "shots": str(shots), "test_size": str(args.questions), "method": args.method}
+        common = {"model": model, "device": args.device, "batch_size": args.batch_size, "task": task,
+                  "questions": args.questions}
+        results = {}
+        for name, cache in (("reuse", True), ("recompute", False)):
+            results[name] = in_child({**common, "cache": cache}, root / f"{name}.json")
+            print(f"{name:>9}: {results[name]['seconds']:8.2f} s for {args.questions} questions, peak memory "
+                  f"above the loaded model {mib(results[name]['peak_above_loaded'])}"
+                  + (f", CUDA peak {mib(results[name]['cuda_peak'])}" if "cuda_peak" in results[name] else ""),
+                  flush=True)
+
+    reuse, recompute = results["reuse"], results["recompute"]
+    same = reuse["outputs"] == recompute["outputs"]
+    print(f"model: {args.model or 'random toy ' + args.kind}, device {args.device}, batch size {args.batch_size}, "
+          f"method {args.method}")
+    print(f"demonstration block: {shots} shots, {reuse['prefix_tokens']} tokens; one prefix's KV cache "
+          f"{mib(reuse['prefix_cache_bytes'])}")
+    print(f"identical predictions: {same}")
+    print(f"speed-up of prefix reuse: {recompute['seconds'] / reuse['seconds']:.1f}x")
+    if not same:
+        sys.exit("predictions differ between the two paths")
+
+
+if __name__ == "__main__":
+    main()

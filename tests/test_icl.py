@@ -1,0 +1,363 @@
+"""The icl task: data loading, prompts, label shortening, orders, the spread statistic,
+constrained decoding, the done-when run and each bad input through the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evalsuite.backends.fake import FakeModel
+from evalsuite.errors import UserError
+from evalsuite.runner import make_task
+from evalsuite.tasks.icl import (
+    arrange, balanced_pool, question, resolve_answer, shortest_unique_prefixes,
+)
+from evalsuite.icl_data import Example, trec_readable
+from conftest import run_cli
+
+CLASSES = ("location", "human", "number", "entity", "description", "abbreviation")
+TEMPLATES = {
+    "location": "Where is {}?", "human": "Who built {}?", "number": "How many {} are there?",
+    "entity": "What kind of thing is {}?", "description": "Why is {} famous?", "abbreviation": "What does {} stand for?",
+}
+THINGS = ("the river", "the tower", "a comet", "the museum", "NASA", "a violin", "the desert", "gold", "the bridge")
+
+
+def write_trec(path: Path, rows: int = 120, classes: tuple[str, ...] = CLASSES, text: str = "text",
+               label: str = "label", split: bool = False) -> Path:
+    """A trec-style jsonl: one question per line, classes in turn."""
+    rng = random.Random(len(classes) * 1000 + rows)
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(rows):
+            name = classes[i % len(classes)]
+            row = {text: TEMPLATES.get(name, "What about {}?").format(rng.choice(THINGS)), label: name}
+            if split:
+                row["split"] = "test" if i % 4 == 0 else "train"
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trec_file(tmp_path_factory) -> Path:
+    return write_trec(tmp_path_factory.mktemp("icl") / "trec.jsonl")
+
+
+def fake() -> FakeModel:
+    return FakeModel.from_options("oracle", {})
+
+
+# ---- label shortening and answers -------------------------------------------------------------
+
+@pytest.mark.parametrize("labels, expected", [
+    ([" location", " human", " number"], [" l", " h", " n"]),
+    ([" number", " num", " name"], [" numb", " num", " na"]),  # ' num' begins ' number': stays whole
+    ([" entity animal", " entity body", " entity"], [" entity a", " entity b", " entity"]),
+    ([" abc", " abd"], [" abc", " abd"]),
+])
+def test_shortest_unique_prefix_with_one_token_per_character(labels, expected):
+    assert shortest_unique_prefixes(labels, list) == expected
+
+
+def test_shortest_unique_prefix_cuts_at_the_models_token_boundaries(toy_tokenizer):
+    def tokenize(text: str) -> list[int]:
+        return toy_tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    labels = [" " + trec_readable(n) for n in ("LOC:city", "LOC:country", "LOC:other", "NUM:count", "NUM:date",
+                                               "HUM:ind", "HUM:gr", "ENTY:animal", "DESC:def")]
+    shorts = shortest_unique_prefixes(labels, tokenize)
+    assert len(set(shorts)) == len(labels)
+    for label, short in zip(labels, shorts):
+        assert label.startswith(short)
+        tokens, short_tokens = tokenize(label), tokenize(short)
+        assert short_tokens == tokens[: len(short_tokens)]  # a whole-token prefix of the label
+        assert not any(o != label and o.startswith(short) for o in labels)
+        if short != label:  # one token fewer would no longer identify the label
+            shorter = [label[:end] for end in range(1, len(short))
+                       if tokenize(label[:end]) == tokens[: len(short_tokens) - 1]]
+            assert all(any(o != label and o.startswith(s) for o in labels) for s in shorter)
+    assert shorts[0] != labels[0]  # 'location city' needs fewer tokens than it has
+
+
+def test_resolve_answer_maps_prefixes_back_to_labels():
+    labels = ("number", "num", "location")
+    assert resolve_answer(" num", labels) == "num"
+    assert resolve_answer(" numb", labels) == "number"
+    assert resolve_answer(" loc", labels) == "location"
+    assert resolve_answer(" x", labels) is None
+
+
+# ---- data -------------------------------------------------------------------------------------
+
+def test_local_jsonl_held_out_split_and_test_sample(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "4", "test_size": "20"})
+    data = task.icl_data()
+    assert data.labels == tuple(sorted(CLASSES))
+    assert len(data.test) == 20 and len(data.train) == 100
+    assert not {e.index for e in data.test} & {e.index for e in data.train}
+    assert data.fields == ("Question", "Type")
+    again = make_task("icl", {"data": str(trec_file), "shots": "4", "test_size": "20"})
+    assert [e.index for e in again.test_examples()] == [e.index for e in task.test_examples()]
+    other_seed = make_task("icl", {"data": str(trec_file), "shots": "4", "test_size": "20", "seed": "1"})
+    assert [e.index for e in other_seed.test_examples()] != [e.index for e in task.test_examples()]
+
+
+def test_local_csv_and_parquet_with_split_column_and_field_names(tmp_path):
+    source = write_trec(tmp_path / "rows.jsonl", rows=48, text="utterance", label="intent", split=True)
+    frame = pd.read_json(source, lines=True)
+    for path in (tmp_path / "rows.csv", tmp_path / "rows.parquet"):
+        frame.to_csv(path, index=False) if path.suffix == ".csv" else frame.to_parquet(path)
+        task = make_task("icl", {"data": str(path), "text_field": "utterance", "label_field": "intent",
+                                 "shots": "2", "test_size": "5"})
+        data = task.icl_data()
+        assert (len(data.train), len(data.test)) == (36, 12)
+        assert data.split_rule == "split column"
+        assert len(task.test_examples()) == 5
+        assert data.train[0].text == frame["utterance"][1] and data.train[0].label == frame["intent"][1]
+
+
+def test_pool_is_label_balanced_and_nested(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "4"})
+    pool = task.pool()
+    assert sorted(e.index for e in pool) == sorted(e.index for e in task.icl_data().train)
+    for n in (1, 5, 6, 13, 50):
+        counts = Counter(e.label for e in pool[:n])
+        assert max(counts.values()) - min(counts.values()) <= 1
+        assert len(counts) == min(n, len(CLASSES))
+    assert balanced_pool(task.icl_data().train, seed=0) == pool
+    assert balanced_pool(task.icl_data().train, seed=1) != pool
+
+
+# ---- orders and prompts -----------------------------------------------------------------------
+
+def _demos(n_per_class: int = 3) -> list[Example]:
+    return [Example(i, f"q{i}", CLASSES[i % 4]) for i in range(4 * n_per_class)]
+
+
+def test_random_order_is_a_seeded_shuffle_of_the_same_demonstrations():
+    demos = _demos()
+    first, again = arrange(demos, "random", random.Random(1)), arrange(demos, "random", random.Random(1))
+    other = arrange(demos, "random", random.Random(2))
+    assert first == again and first != other and first != demos
+    assert sorted(first, key=lambda e: e.index) == demos == sorted(other, key=lambda e: e.index)
+
+
+def test_grouped_order_keeps_each_class_together():
+    for seed in range(5):
+        labels = [e.label for e in arrange(_demos(), "grouped", random.Random(seed))]
+        blocks = [label for i, label in enumerate(labels) if i == 0 or labels[i - 1] != label]
+        assert len(blocks) == 4 and sorted(blocks) == sorted(set(labels))
+
+
+def test_alternating_order_cycles_through_the_classes():
+    orders = set()
+    for seed in range(5):
+        labels = [e.label for e in arrange(_demos(), "alternating", random.Random(seed))]
+        cycle = labels[:4]
+        assert len(set(cycle)) == 4 and labels == cycle * 3
+        orders.add(tuple(cycle))
+    assert len(orders) > 1  # permutations change the class order too
+
+
+def test_permutations_share_demonstrations_and_the_prompt_format(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "6", "permutations": "3", "order": "grouped"})
+    task.check(fake())
+    blocks = [task.prefix(6, p) for p in range(3)]
+    assert len(set(blocks)) > 1
+    assert len({frozenset(b.split("\n\n")) for b in blocks}) == 1  # same demonstrations, other order
+    demos = blocks[0].split("\n\n")
+    assert demos[-1] == "" and len(demos) == 7
+    for demo in demos[:-1]:
+        q, t = demo.split("\n")
+        assert q.startswith("Question: ") and t.removeprefix("Type: ") in CLASSES
+    sample = task.plan()[0]
+    requests, info = task.requests(sample, fake())
+    (request,) = requests
+    assert request.prefix is task.prefix(6, 0)  # one shared string per block
+    assert request.prompt == question(sample.data["text"], ("Question", "Type")) and request.prompt.endswith("\nType:")
+    assert request.choices == (" a", " d", " e", " h", " l", " n")  # one byte per token on the fake model
+    assert info["prompt_tokens"] == fake().count_tokens(request.prefix + request.prompt)
+
+
+def test_plan_keeps_each_blocks_questions_together(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "1,4", "permutations": "2", "test_size": "5"})
+    task.check(fake())
+    blocks = [(s.axes["n_shots"], s.axes["permutation"]) for s in task.plan()]
+    assert blocks == [(n, p) for n in (1, 4) for p in range(2) for _ in range(5)]
+    assert len({s.id for s in task.plan()}) == 20
+
+
+def test_auto_shots_are_powers_of_two_up_to_max_tokens(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "auto", "max_tokens": "700", "permutations": "2"})
+    model = fake()
+    task.check(model)
+    counts = task.shot_counts()
+    assert counts == tuple(2**k for k in range(len(counts))) and len(counts) >= 3
+    assert task.needed_tokens(model, counts[-1]) <= 700 < task.needed_tokens(model, counts[-1] * 2)
+
+
+# ---- scoring and the spread statistic ---------------------------------------------------------
+
+def test_scores_both_methods(trec_file):
+    from evalsuite.adapter import Loglikelihood
+
+    task = make_task("icl", {"data": str(trec_file), "shots": "1", "method": "loglikelihood"})
+    sample = task.plan()[0]
+    labels = task.icl_data().labels
+    target = labels.index(sample.target[0])
+    outputs = [Loglikelihood(logprob=-5.0 + (i == target) * 3, is_greedy=False, tokens=1) for i in range(len(labels))]
+    assert task.score(sample, outputs) == {"correct": True, "predicted": sample.target[0]}
+    generate = make_task("icl", {"data": str(trec_file), "shots": "1"})
+    assert generate.score(sample, [" " + sample.target[0][:2]])["correct"]
+    assert not generate.score(sample, [" zz"])["correct"]
+
+
+def test_summary_mean_spread_and_std_over_permutations(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "4"})
+    outcomes = {0: [1, 1, 1, 1], 1: [1, 1, 0, 0], 2: [0, 1, 0, 0]}  # accuracies 1.0, 0.5, 0.25
+    rows = [{"n_shots": 4, "permutation": p, "test_index": t, "correct": bool(v), "prompt_tokens": 100}
+            for p, values in outcomes.items() for t, v in enumerate(values)]
+    rows += [{"n_shots": 8, "permutation": 0, "test_index": t, "correct": t < 3, "prompt_tokens": 200}
+             for t in range(4)]
+    (four, eight) = task.summary(pd.DataFrame(rows))["icl"]["shots"]
+    assert four["accuracy"] == [1.0, 0.5, 0.25]
+    assert four["mean"] == pytest.approx(7 / 12) and four["spread"] == pytest.approx(0.75)
+    assert four["std"] == pytest.approx(pd.Series([1.0, 0.5, 0.25]).std(ddof=1))
+    assert (four["best_permutation"], four["worst_permutation"]) == (0, 2)
+    assert four["spread_p_value"] == pytest.approx(0.25)  # McNemar: 3 discordant pairs, all one way
+    assert four["mean_low"] < four["mean"] < four["mean_high"]
+    assert eight["spread"] == 0 and eight["std"] is None and eight["mean"] == 0.75
+
+
+# ---- constrained decoding on real (tiny) models -----------------------------------------------
+
+@pytest.mark.parametrize("kind", ["base", "diff"])
+def test_constrained_generation_always_returns_a_choice(tiny_models, kind):
+    from evalsuite.adapter import GenerationRequest
+    from evalsuite.backends.hf import HFModel
+
+    model = HFModel.load(str(tiny_models[kind]), {}, device="cpu", batch_size=4)
+    choice_sets = [(" location", " human", " number"), (" num", " number", " numeral"), (" yes",),
+                   (" a b c d e f g", " a b c d e f h"), ("\n", " the magic number")]
+    rng = random.Random(0)
+    requests = [GenerationRequest(prompt=f"Question: {rng.choice(THINGS)} {i}\nType:", prefix="Demo\n\n" * (i % 2),
+                                  max_new_tokens=1, choices=choices)
+                for i, choices in enumerate(choice_sets * 2)]
+    outputs = model.generate(requests)
+    assert all(out in r.choices for out, r in zip(outputs, requests))
+    free = model.generate([GenerationRequest(prompt="Question: x\nType:", max_new_tokens=3)])[0]
+    assert len(model.encode(free, first=False)) <= 3
+
+
+def test_choice_trie_walks_only_allowed_tokens():
+    import torch
+
+    from evalsuite.backends.hf import END, ChoiceTrie
+
+    trie = ChoiceTrie([" a", " ab", " b"], encode=lambda text: [ord(c) for c in text])
+    logits = torch.zeros(256)
+    logits[ord("z")] = 9.0  # the model's favourite is never allowed
+    logits[ord(" ")] = 1.0
+    token, node = trie.pick(trie.root, logits)
+    assert token == ord(" ") and ChoiceTrie.settled(node) is None
+    logits[ord("b")], logits[ord("a")] = 2.0, 1.0
+    token, node = trie.pick(node, logits)
+    assert token == ord("b") and ChoiceTrie.settled(node) == 2
+    _, node = trie.pick(trie.root, logits)
+    token, node = trie.pick(node, torch.where(torch.arange(256) == ord("a"), 5.0, 0.0))
+    assert token == ord("a") and END in node and ChoiceTrie.settled(node) is None
+    # ' a' is complete and ' ab' continues: stop unless the model's own argmax continues
+    assert trie.pick(node, logits)[0] is None
+    assert trie.pick(node, torch.where(torch.arange(256) == ord("b"), 5.0, 0.0))[0] == ord("b")
+
+
+# ---- the done-when run ------------------------------------------------------------------------
+
+def test_two_models_shots_sweep_with_permutations_writes_records_summary_and_plots(tiny_models, trec_file, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("run", "--model", str(tiny_models["base"]), "--model", str(tiny_models["diff"]), "--task", "icl",
+                     "-T", f"data={trec_file}", "-T", "shots=1,4,16", "-T", "permutations=3", "-T", "test_size=6",
+                     "--device", "cpu", "--no-progress", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    runs = sorted(out.glob("icl-*"))
+    assert len(runs) == 2
+    for run in runs:
+        records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+        assert len(records) == 3 * 3 * 6
+        assert {(r["axes"]["n_shots"], r["axes"]["order"], r["axes"]["method"]) for r in records} == {
+            (n, "random", "generate") for n in (1, 4, 16)}
+        assert all(r["scores"]["predicted"] in CLASSES for r in records)
+        summary = json.loads((run / "summary.json").read_text())
+        shots = summary["icl"]["shots"]
+        assert [s["n_shots"] for s in shots] == [1, 4, 16]
+        for entry in shots:
+            assert entry["permutations"] == 3 and entry["n_test"] == 6
+            assert entry["spread"] == pytest.approx(max(entry["accuracy"]) - min(entry["accuracy"]))
+            assert entry["mean"] == pytest.approx(sum(entry["accuracy"]) / 3) and entry["std"] is not None
+        assert shots[0]["spread"] == 0  # one demonstration has one order
+        for plot in ("accuracy_vs_shots.png", "permutation_spread.png"):
+            assert (run / "plots" / plot).stat().st_size > 5000
+
+
+def test_icl_plots_draw_one_line_per_model(tmp_path):
+    from evalsuite.plots import icl_accuracy_vs_shots, icl_curves
+
+    rows = [{"model": m, "n_shots": n, "permutation": p, "test_index": t,
+             "correct": (t * (p + 1) + n + (m == "b")) % 3 == 0}
+            for m in ("a", "b") for n in (1, 2, 4) for p in range(2) for t in range(6)]
+    frame = pd.DataFrame(rows)
+    curves = icl_curves(frame)
+    assert list(curves["model"]) == ["a"] * 3 + ["b"] * 3 and list(curves["n_shots"]) == [1, 2, 4] * 2
+    expected = frame.groupby(["model", "n_shots"])["correct"].mean().tolist()
+    assert curves["accuracy"].tolist() == pytest.approx(expected)
+    assert (curves["low"] < curves["accuracy"]).all() and (curves["accuracy"] < curves["high"]).all()
+    assert icl_accuracy_vs_shots(frame, tmp_path / "acc.png", "two models").stat().st_size > 5000
+
+
+# ---- bad input: one line, exit 2 --------------------------------------------------------------
+
+def _bad(tmp_path: Path, *options: str) -> str:
+    result = run_cli("run", "--model", "fake", "--task", "icl", *options, "--no-progress", "--out", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, trec_file):
+    assert "did you mean 'trec'" in _bad(tmp_path, "-T", "dataset=trek")
+    no_text = write_trec(tmp_path / "no_text.jsonl", text="question")
+    assert "no text column 'text'" in _bad(tmp_path, "-T", f"data={no_text}", "-T", "shots=1")
+    no_label = write_trec(tmp_path / "no_label.jsonl", label="category")
+    assert "set -T label_field=NAME" in _bad(tmp_path, "-T", f"data={no_label}", "-T", "shots=1")
+    one_class = write_trec(tmp_path / "one.jsonl", rows=20, classes=("location",))
+    assert "at least 2 labels" in _bad(tmp_path, "-T", f"data={one_class}", "-T", "shots=1")
+    assert "more than the 60 demonstrations" in _bad(tmp_path, "-T", f"data={trec_file}", "-T", "shots=4,500")
+    assert "cannot fit even one shot" in _bad(tmp_path, "-T", f"data={trec_file}", "-T", "shots=1",
+                                              "-M", "max_context=40")
+
+
+def test_no_prefix_cache_flag_is_accepted_and_not_part_of_the_run_identity(trec_file, tmp_path):
+    args = ("run", "--model", "fake", "--task", "icl", "-T", f"data={trec_file}", "-T", "shots=2", "-T", "test_size=4",
+            "--no-progress", "--out", str(tmp_path))
+    first = run_cli(*args)
+    second = run_cli(*args, "--no-prefix-cache")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.split(":")[0] == second.stdout.split(":")[0]  # the same run folder: nothing to redo
+    assert len(list(tmp_path.glob("icl-*"))) == 1
+
+
+def test_bad_input_errors_in_process(trec_file, tmp_path):
+    with pytest.raises(UserError, match="file not found"):
+        make_task("icl", {"data": str(tmp_path / "missing.jsonl")}).check(fake())
+    with pytest.raises(UserError, match="-T shots must be auto"):
+        make_task("icl", {"data": str(trec_file), "shots": "1,two"})
+    with pytest.raises(UserError, match="did you mean 'grouped'"):
+        make_task("icl", {"data": str(trec_file), "order": "groupd"})
+    with pytest.raises(UserError, match="needs .* tokens, more than"):
+        make_task("icl", {"data": str(trec_file), "shots": "1,32"}).check(FakeModel.from_options(
+            "oracle", {"max_context": "1000"}))
