@@ -210,6 +210,7 @@ def outlier_layers(per_layer: list[dict], path: Path, title: str) -> Path:
         for column, label in (("top1", "top-1"), ("top10", "top-10"), ("median", "median")):
             ax.plot(part["layer"], part[column].astype(float), marker="o", label=label)
         ax.set_yscale("log")
+        ax.set_xticks(part["layer"].tolist())
         ax.set_xlabel("layer")
         ax.set_ylabel("|x|")
         ax.set_title(kind)
