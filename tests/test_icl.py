@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from evalsuite.backends.fake import FakeModel
+from evalsuite.cli import main
 from evalsuite.errors import UserError
 from evalsuite.runner import make_task
 from evalsuite.tasks.icl import (
@@ -42,6 +44,18 @@ def write_trec(path: Path, rows: int = 120, classes: tuple[str, ...] = CLASSES, 
     return path
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared machine each small
+    operation would wait for it: one thread keeps these tests fast and steady."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def trec_file(tmp_path_factory) -> Path:
     return write_trec(tmp_path_factory.mktemp("icl") / "trec.jsonl")
@@ -49,6 +63,21 @@ def trec_file(tmp_path_factory) -> Path:
 
 def fake() -> FakeModel:
     return FakeModel.from_options("oracle", {})
+
+
+def invoke(capsys, *args: str) -> tuple[int, str, str]:
+    """`evalsuite ARGS...` through the same `main()` a user runs, in this process
+    (exit code, stdout, stderr), without a fresh interpreter's imports per call."""
+    argv, sys.argv = sys.argv, ["evalsuite", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = argv
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 # ---- label shortening and answers -------------------------------------------------------------
@@ -301,6 +330,9 @@ def test_two_models_shots_sweep_with_permutations_writes_records_summary_and_plo
         assert shots[0]["spread"] == 0  # one demonstration has one order
         for plot in ("accuracy_vs_shots.png", "permutation_spread.png"):
             assert (run / "plots" / plot).stat().st_size > 5000
+    (comparison,) = out.glob("compare-icl-*")  # both models on one plot of each kind
+    for plot in ("accuracy_vs_shots.png", "permutation_spread.png"):
+        assert (comparison / plot).stat().st_size > 5000
 
 
 def test_icl_plots_draw_one_line_per_model(tmp_path):
@@ -320,42 +352,40 @@ def test_icl_plots_draw_one_line_per_model(tmp_path):
 
 # ---- bad input: one line, exit 2 --------------------------------------------------------------
 
-def _bad(tmp_path: Path, *options: str) -> str:
-    result = run_cli("run", "--model", "fake", "--task", "icl", *options, "--no-progress", "--out", str(tmp_path))
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
+def test_bad_inputs_are_one_line_errors(tmp_path, trec_file, capsys):
+    def bad(*options: str) -> str:
+        code, _, err = invoke(capsys, "run", "--model", "fake", "--task", "icl", *options, "--no-progress",
+                              "--out", str(tmp_path))
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+        return lines[0]
 
-
-def test_bad_inputs_are_one_line_errors(tmp_path, trec_file):
-    assert "did you mean 'trec'" in _bad(tmp_path, "-T", "dataset=trek")
+    assert "did you mean 'trec'" in bad("-T", "dataset=trek")
     no_text = write_trec(tmp_path / "no_text.jsonl", text="question")
-    assert "no text column 'text'" in _bad(tmp_path, "-T", f"data={no_text}", "-T", "shots=1")
+    assert "no text column 'text'" in bad("-T", f"data={no_text}", "-T", "shots=1")
     no_label = write_trec(tmp_path / "no_label.jsonl", label="category")
-    assert "set -T label_field=NAME" in _bad(tmp_path, "-T", f"data={no_label}", "-T", "shots=1")
+    assert "set -T label_field=NAME" in bad("-T", f"data={no_label}", "-T", "shots=1")
     one_class = write_trec(tmp_path / "one.jsonl", rows=20, classes=("location",))
-    assert "at least 2 labels" in _bad(tmp_path, "-T", f"data={one_class}", "-T", "shots=1")
-    assert "more than the 60 demonstrations" in _bad(tmp_path, "-T", f"data={trec_file}", "-T", "shots=4,500")
-    assert "cannot fit even one shot" in _bad(tmp_path, "-T", f"data={trec_file}", "-T", "shots=1",
-                                              "-M", "max_context=40")
+    assert "at least 2 labels" in bad("-T", f"data={one_class}", "-T", "shots=1")
+    assert "more than the 60 demonstrations" in bad("-T", f"data={trec_file}", "-T", "shots=4,500")
+    assert "cannot fit even one shot" in bad("-T", f"data={trec_file}", "-T", "shots=1", "-M", "max_context=40")
+    assert "-T shots must be auto" in bad("-T", f"data={trec_file}", "-T", "shots=1,two")
 
 
-def test_no_prefix_cache_flag_is_accepted_and_not_part_of_the_run_identity(trec_file, tmp_path):
+def test_no_prefix_cache_flag_is_accepted_and_not_part_of_the_run_identity(trec_file, tmp_path, capsys):
     args = ("run", "--model", "fake", "--task", "icl", "-T", f"data={trec_file}", "-T", "shots=2", "-T", "test_size=4",
             "--no-progress", "--out", str(tmp_path))
-    first = run_cli(*args)
-    second = run_cli(*args, "--no-prefix-cache")
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    assert first.stdout.split(":")[0] == second.stdout.split(":")[0]  # the same run folder: nothing to redo
+    first, second = invoke(capsys, *args), invoke(capsys, *args, "--no-prefix-cache")
+    assert first[0] == 0 and second[0] == 0, first[2] + second[2]
+    assert first[1].split(":")[0] == second[1].split(":")[0]  # the same run folder: nothing to redo
     assert len(list(tmp_path.glob("icl-*"))) == 1
 
 
 def test_bad_input_errors_in_process(trec_file, tmp_path):
+    with pytest.raises(UserError, match=r"could not load dataset banking77 \(PolyAI/banking77\).*-T data=PATH"):
+        make_task("icl", {"dataset": "banking77", "shots": "1"}).check(fake())  # no network in tests
     with pytest.raises(UserError, match="file not found"):
         make_task("icl", {"data": str(tmp_path / "missing.jsonl")}).check(fake())
-    with pytest.raises(UserError, match="-T shots must be auto"):
-        make_task("icl", {"data": str(trec_file), "shots": "1,two"})
     with pytest.raises(UserError, match="did you mean 'grouped'"):
         make_task("icl", {"data": str(trec_file), "order": "groupd"})
     with pytest.raises(UserError, match="needs .* tokens, more than"):

@@ -314,8 +314,8 @@ class HFModel:
         """Token rows for one group: the parts after the prefix when its cached encoding can
         serve them (every part non-empty and, when `extra` tokens follow, prefix + part +
         extra within max_context), else whole prompts encoded as `encode_pair` does."""
-        attention = self._attention_state()
-        if prefix and self._cacheable and attention is not None:
+        attention = self._attention_state() if prefix and self._cacheable else None
+        if attention is not None:
             parts = [self.encode(t, first=False) for t in texts]
             if all(parts):
                 state = self._prefix_for(prefix, attention)

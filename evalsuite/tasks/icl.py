@@ -350,7 +350,21 @@ class Icl:
                         "order": self.order, "method": self.method, "shots": rows}}
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
-        from ..plots import icl_accuracy_vs_shots, icl_permutation_spread
+        return draw_plots(frame, Path(folder), title)
 
-        return [icl_accuracy_vs_shots(frame, Path(folder) / "accuracy_vs_shots.png", title),
-                icl_permutation_spread(frame, Path(folder) / "permutation_spread.png", title)]
+    @staticmethod
+    def pair_report(frame_a: Any, frame_b: Any, folder: Path, names: tuple[str, str]) -> list[Path]:
+        """In a comparison of two runs: both models in one accuracy-vs-shots plot (a line
+        each) and one permutation-spread plot."""
+        import pandas as pd
+
+        both = pd.concat([frame_a.assign(model=names[0]), frame_b.assign(model=names[1])], ignore_index=True)
+        return draw_plots(both, Path(folder), " vs ".join(names))
+
+
+def draw_plots(frame: Any, folder: Path, title: str) -> list[Path]:
+    """Accuracy vs shots and the permutation spread, one line / box per model in `frame`."""
+    from ..plots import icl_accuracy_vs_shots, icl_permutation_spread
+
+    return [icl_accuracy_vs_shots(frame, folder / "accuracy_vs_shots.png", title),
+            icl_permutation_spread(frame, folder / "permutation_spread.png", title)]
