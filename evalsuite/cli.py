@@ -33,7 +33,7 @@ def cli() -> None:
 
 @cli.command("list")
 def list_cmd() -> None:
-    """List tasks, named models and presets."""
+    """List tasks, named models, presets and shipped suites."""
     from .registry import describe
 
     info = describe()
@@ -44,6 +44,11 @@ def list_cmd() -> None:
     click.echo("Models:")
     for name, doc in info["models"].items():
         click.echo(f"  {name:<14} {doc}")
+    from .suites import shipped_suites
+
+    click.echo("Suites:")
+    for name in shipped_suites():
+        click.echo(f"  {name}")
 
 
 def _judge_options(required: bool):

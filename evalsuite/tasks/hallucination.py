@@ -206,6 +206,7 @@ class Hallucination:
     name: ClassVar[str] = "hallucination"
     group_by: ClassVar[tuple[str, ...]] = ("dataset",)
     metrics: ClassVar[tuple[str, ...]] = ("empty_output",)
+    lower_is_better: ClassVar[tuple[str, ...]] = ("empty_output",)  # the gate reads a rise as a regression
 
     dataset: str = "xsum"
     data: str = ""  # a local jsonl/csv/parquet file instead of the hub copy
