@@ -258,7 +258,9 @@ def fake_run(tmp_path: Path, models: list[str], judge=None, n_rows: int = 10, sa
 
 def test_an_endpoint_that_stays_down_exits_with_one_line_and_a_rerun_finishes(tmp_path):
     [run] = fake_run(tmp_path, ["fake:echo"])
-    down = subprocess_score(run, closed_port_url(), dict(os.environ), "--judge-retries", "1")
+    # one request in flight, so exactly one sample uses up the retry budget before the run stops
+    down = subprocess_score(run, closed_port_url(), dict(os.environ), "--judge-retries", "1",
+                            "--judge-concurrency", "1")
     assert down.returncode == 2
     message = down.stderr.strip()
     assert "\n" not in message and message.startswith("error: judge endpoint http://127.0.0.1:")
