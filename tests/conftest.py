@@ -36,6 +36,35 @@ def tiny_models(tmp_path_factory, toy_tokenizer) -> dict[str, Path]:
             for kind in ("base", "diff")}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared machine each small
+    operation would wait for it: one thread keeps in-process tests fast and steady."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def invoke(capsys, *args: str) -> tuple[int, str, str]:
+    """`evalsuite ARGS...` through the same `main()` a user runs, in this process
+    (exit code, stdout, stderr), without a fresh interpreter's imports per call."""
+    from evalsuite.cli import main
+
+    argv, sys.argv = sys.argv, ["evalsuite", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = argv
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`evalsuite ARGS...` in a subprocess, as a user would type it."""
     return subprocess.run([sys.executable, "-m", "evalsuite.cli", *args], capture_output=True, text=True,

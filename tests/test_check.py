@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from conftest import run_cli
 from evalsuite.check import Outcomes, check, check_pair, export_baseline, load_outcomes
 from evalsuite.errors import UserError
-from test_compare import invoke, needle_run, pass_fail_pair, synthetic_run
+from conftest import invoke, run_cli
+from test_compare import needle_run, pass_fail_pair, synthetic_run
 
 SMALL_NEEDLE = {"lengths": "768", "depths": "0,1", "samples": "4", "tokens_per_query": "8"}
 

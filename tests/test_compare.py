@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import invoke
 from scipy import stats as sps
 
 from evalsuite.backends import load_model
-from evalsuite.cli import main
+
 from evalsuite.compare import (PACKAGE_DIR, bootstrap_means, compare, compare_runs, needle_marks, paired_test,
                                task_identity)
 from evalsuite.errors import UserError
@@ -21,21 +21,6 @@ from evalsuite.records import Record, RunFolder, config_hash
 from evalsuite.runner import RunOptions, make_task, run_task
 
 NEEDLE_PARAMS = {"lengths": "1024,2048", "depths": "0,1", "samples": "6"}
-
-
-def invoke(capsys, *args: str) -> tuple[int, str, str]:
-    """`evalsuite ARGS...` in this process (exit code, stdout, stderr): the same `main()`
-    a user runs, without paying the imports of a fresh interpreter per call."""
-    argv, sys.argv = sys.argv, ["evalsuite", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def needle_run(out: Path, model: str, params: dict[str, str] = NEEDLE_PARAMS, limit: int | None = None,

@@ -14,7 +14,8 @@ import matplotlib.image as mpimg
 import pytest
 
 from evalsuite.html_report import PROMPT_LIMIT, mark, marked_prompt, write_html_report
-from test_compare import invoke, needle_run, synthetic_run
+from conftest import invoke
+from test_compare import needle_run, synthetic_run
 
 PARAMS = {"lengths": "1024,2048", "depths": "0,0.5,1", "samples": "2"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

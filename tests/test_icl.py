@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,14 +12,14 @@ import pandas as pd
 import pytest
 
 from evalsuite.backends.fake import FakeModel
-from evalsuite.cli import main
+
 from evalsuite.errors import UserError
 from evalsuite.runner import make_task
 from evalsuite.tasks.icl import (
     arrange, balanced_pool, question, resolve_answer, shortest_unique_prefixes,
 )
 from evalsuite.icl_data import Example, trec_readable
-from conftest import run_cli
+from conftest import invoke, run_cli
 
 CLASSES = ("location", "human", "number", "entity", "description", "abbreviation")
 TEMPLATES = {
@@ -44,18 +43,6 @@ def write_trec(path: Path, rows: int = 120, classes: tuple[str, ...] = CLASSES, 
     return path
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared machine each small
-    operation would wait for it: one thread keeps these tests fast and steady."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def trec_file(tmp_path_factory) -> Path:
     return write_trec(tmp_path_factory.mktemp("icl") / "trec.jsonl")
@@ -63,21 +50,6 @@ def trec_file(tmp_path_factory) -> Path:
 
 def fake() -> FakeModel:
     return FakeModel.from_options("oracle", {})
-
-
-def invoke(capsys, *args: str) -> tuple[int, str, str]:
-    """`evalsuite ARGS...` through the same `main()` a user runs, in this process
-    (exit code, stdout, stderr), without a fresh interpreter's imports per call."""
-    argv, sys.argv = sys.argv, ["evalsuite", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 # ---- label shortening and answers -------------------------------------------------------------

@@ -13,18 +13,6 @@ from evalsuite.adapter import GenerationRequest, LoglikelihoodRequest
 WORDS = "the city river tower magic number question answer type location human where who how many".split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared machine each small
-    operation would wait for it: one thread keeps these tests fast and steady."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _block(rng: random.Random, shots: int) -> str:
     labels = ("location", "human", "number")
     return "".join(f"Question: {' '.join(rng.choices(WORDS, k=rng.randint(3, 10)))}\nType: {rng.choice(labels)}\n\n"

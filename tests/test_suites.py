@@ -10,7 +10,7 @@ import pytest
 from evalsuite.errors import UserError
 from evalsuite.registry import TASKS, load_all
 from evalsuite.suites import SHIPPED, find_suite, load_suite, run_folders, suite_runs
-from test_compare import invoke
+from conftest import invoke
 
 NEEDLE_SUITE = """
 name = "mini"
