@@ -8,16 +8,17 @@ scoring) fails here rather than reporting plausible numbers.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import invoke
 from evalsuite.models import HERE as MODELS_DIR
 
 # The shipped weights come from `python -m evalsuite.models.train_toy`; without them these
 # checks cannot run, and say so instead of passing.
-pytestmark = pytest.mark.skipif(
+needs_models = pytest.mark.skipif(
     not all((MODELS_DIR / f"toy-{kind}" / "config.json").is_file() for kind in ("diff", "base")),
     reason="toy models not built: python -m evalsuite.models.train_toy",
 )
@@ -26,9 +27,9 @@ pytestmark = pytest.mark.skipif(
 NEEDLE_ARGS = ("--task", "needle", "-T", "lengths=512,1024", "-T", "samples=2", "--device", "cpu", "--no-progress")
 
 
-def _needle_run(model: str, out: Path) -> dict:
-    result = run_cli("run", "--model", model, *NEEDLE_ARGS, "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
+def _needle_run(capsys, model: str, out: Path) -> dict:
+    code, _, err = invoke(capsys, "run", "--model", model, *NEEDLE_ARGS, "--out", str(out))
+    assert code == 0, err[-2000:]
     [summary_path] = out.glob("*/summary.json")
     return json.loads(summary_path.read_text())
 
@@ -41,9 +42,10 @@ def _accuracy_by_length(summary: dict) -> dict[int, float]:
     return {length: sum(hits) / counts[length] for length, hits in by_length.items()}
 
 
+@needs_models
 @pytest.mark.parametrize("name, architecture", [("toy-diff", "DiffLlamaForCausalLM"), ("toy-base", "LlamaForCausalLM")])
-def test_toy_model_retrieves_at_512_and_1024(name, architecture, tmp_path):
-    summary = _needle_run(name, tmp_path)
+def test_toy_model_retrieves_at_512_and_1024(name, architecture, tmp_path, capsys):
+    summary = _needle_run(capsys, name, tmp_path)
     config = json.loads(next(tmp_path.glob("*/config.json")).read_text())
     assert config["model"]["architecture"] == architecture
     assert config["model"]["backend"] == "hf"
@@ -54,8 +56,9 @@ def test_toy_model_retrieves_at_512_and_1024(name, architecture, tmp_path):
     assert {cell["depth"] for cell in summary["cells"]} == {0.0, 0.25, 0.5, 0.75, 1.0}
 
 
+@needs_models
 @pytest.mark.parametrize("kind", ["diff", "base"])
-def test_random_model_of_the_same_shape_fails(kind, tmp_path):
+def test_random_model_of_the_same_shape_fails(kind, tmp_path, capsys):
     """The control: same shape, same tokenizer, same samples, untrained weights."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -70,11 +73,12 @@ def test_random_model_of_the_same_shape_fails(kind, tmp_path):
     folder = tmp_path / f"random-{kind}"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    summary = _needle_run(str(folder), tmp_path / "runs")
+    summary = _needle_run(capsys, str(folder), tmp_path / "runs")
     assert summary["n"] == 20
     assert summary["overall"]["correct_all"] <= 0.1
 
 
+@needs_models
 def test_shipped_pair_is_matched_and_small():
     from transformers import AutoConfig
 
@@ -91,19 +95,44 @@ def test_shipped_pair_is_matched_and_small():
     assert abs(diff_params - base_params) / base_params < 0.01
 
 
+def test_training_data_follows_the_needle_prompt_format(toy_tokenizer):
+    """Every packed episode is a needle-task prompt whose answers are its own needles."""
+    from evalsuite.models.train_toy import TrainConfig, training_sequence
+    from evalsuite.tasks.needle import INSTRUCTION
+
+    cfg = TrainConfig()
+    for step in (0, cfg.steps - 1):  # the start and the end of the curriculum
+        ids, weights, positions, digits = training_sequence(cfg, toy_tokenizer, step, row=0)
+        assert len(ids) == len(weights) == len(positions) == len(digits) == cfg.seq_len
+        starts = [i for i, p in enumerate(positions) if p == 0]
+        assert all(ids[i] == toy_tokenizer.bos_token_id for i in starts)
+        complete = [toy_tokenizer.decode(ids[a:b], skip_special_tokens=True) for a, b in zip(starts, starts[1:])]
+        assert complete, "at least one whole episode per sequence"
+        for text in complete:
+            assert text.startswith(INSTRUCTION + "\n\n")
+            facts = dict(re.findall(r"The magic number of (\w+) is (\d{7})\.", text.split("\n\nQuestion:")[0]))
+            answers = re.findall(r"The magic number of (\w+) is (\d{7})\.", text.split("\n\nQuestion:")[1])
+            assert answers and all(facts[city] == number for city, number in answers)
+            assert len(answers) == len(facts)  # dense supervision: every needle is asked about
+        assert sum(digits) >= 7 * len(complete)
+        assert all(w == 1.0 for w, d in zip(weights, digits) if d)
+
+
 @pytest.mark.slow
-def test_training_is_reproducible():
-    """The same seed gives bit-identical weights (a few steps, both runs in one process)."""
+def test_training_is_reproducible(toy_tokenizer):
+    """The same seed gives bit-identical weights; another seed does not (a few steps)."""
+    import dataclasses
+
     import torch
 
-    from evalsuite.models.toy import ToySize, build_tokenizer
+    from evalsuite.models.toy import ToySize
     from evalsuite.models.train_toy import TrainConfig, train
 
-    tokenizer = build_tokenizer()
-    cfg = TrainConfig(steps=3, batch=2, warmup=1, size=ToySize(hidden=64, layers=2, heads=4, intermediate=128))
-    first, _ = train("diff", cfg, tokenizer, log_every=100)
-    second, _ = train("diff", cfg, tokenizer, log_every=100)
-    other, _ = train("diff", TrainConfig(**{**cfg.__dict__, "seed": 1}), tokenizer, log_every=100)
+    cfg = TrainConfig(steps=3, batch=2, warmup=1, threads=1,
+                      size=ToySize(hidden=64, layers=2, heads=4, intermediate=128))
+    first, _ = train("diff", cfg, toy_tokenizer, log_every=100)
+    second, _ = train("diff", cfg, toy_tokenizer, log_every=100)
+    other, _ = train("diff", dataclasses.replace(cfg, seed=1), toy_tokenizer, log_every=100)
     a, b, c = first.state_dict(), second.state_dict(), other.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)

@@ -11,8 +11,8 @@ number of <city> is <n>." needles, the question and "Answer: The magic number
 of <city> is". Each episode continues with the answer and then asks about
 every other needle of the same haystack (dense supervision).
 
-Choices that make retrieval learnable on a CPU budget (each model takes the better
-part of an hour on 2 cores):
+Choices that make retrieval learnable on a CPU budget (each model takes about an
+hour on 2 cores):
 - a curriculum: early sequences pack several short episodes, later ones hold
   episodes up to the full length; packed episodes use disjoint cities, so a
   question is never ambiguous;
@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UserError
 from ..records import Sample
@@ -50,7 +50,7 @@ FOLDER_NAMES = {"diff": "toy-diff", "base": "toy-base"}
 class TrainConfig:
     seed: int = 0  # initial weights
     data_seed: int = 1000  # training text; evaluation uses seeds 0, 1, ...
-    steps: int = 1200
+    steps: int = 2000
     batch: int = 8
     seq_len: int = 1024
     lr: float = 2e-3
@@ -61,9 +61,10 @@ class TrainConfig:
     text_weight: float = 0.02  # loss weight of every token but the answer digits (which weigh 1)
     min_episode: int = 80
     short_episode: int = 160  # longest episode at the start of the curriculum
-    ramp_until: float = 0.6  # fraction of training after which episodes reach seq_len and max_needles
-    max_needles: int = 8
-    single_needle_share: float = 0.5  # episodes with one needle, as in single-needle evaluation
+    ramp_from: float = 0.25  # fraction of training spent on short episodes only
+    ramp_until: float = 0.75  # fraction of training after which episodes reach seq_len and max_needles
+    max_needles: int = 4
+    single_needle_share: float = 0.6  # episodes with one needle, as in single-needle evaluation
     threads: int = 2
     size: ToySize = field(default_factory=ToySize)
 
@@ -143,12 +144,12 @@ def training_sequence(cfg: TrainConfig, tokenizer: Any, step: int, row: int) -> 
     Returns token ids, loss weights, position ids that restart at every episode (so
     attention stays inside an episode, as at evaluation, where each prompt is alone)
     and the answer-digit mask. Episodes are short and single-needle at first; their
-    longest length and needle count grow until `ramp_until`.
+    longest length and needle count grow from `ramp_from` to `ramp_until`.
     """
     rng = random.Random(f"{cfg.data_seed}:{step}:{row}")
     task = Needle(seed=cfg.data_seed)
     counter = TokenCounter(tokenizer, cfg.seq_len)
-    progress = min(1.0, step / max(1, cfg.steps * cfg.ramp_until))
+    progress = min(1.0, max(0.0, (step / cfg.steps - cfg.ramp_from) / (cfg.ramp_until - cfg.ramp_from)))
     longest = round(cfg.short_episode + (cfg.seq_len - cfg.short_episode) * progress)
     most_needles = 1 + round((cfg.max_needles - 1) * progress)
     pool = list(CITIES)
@@ -186,8 +187,12 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done)))
 
 
-def train(kind: str, cfg: TrainConfig, tokenizer: Any, log_every: int = 25) -> tuple[Any, dict[str, Any]]:
-    """A trained toy model of `kind` (diff or base) and a summary of its training."""
+def train(
+    kind: str, cfg: TrainConfig, tokenizer: Any, log_every: int = 25, checkpoint: Callable[[Any, int], None] | None = None,
+    checkpoint_every: int = 0,
+) -> tuple[Any, dict[str, Any]]:
+    """A trained toy model of `kind` (diff or base) and a summary of its training;
+    `checkpoint(model, step)` is called every `checkpoint_every` steps when given."""
     import torch
     import torch.nn.functional as F
 
@@ -225,6 +230,8 @@ def train(kind: str, cfg: TrainConfig, tokenizer: Any, log_every: int = 25) -> t
             print(f"{kind} step {step + 1}/{cfg.steps} loss {means[0]:.3f} answer-digit loss {means[1]:.3f} "
                   f"answer-digit acc {means[2]:.3f} lr {lr_at(cfg, step):.2e} {time.time() - start:.0f}s", flush=True)
             window = []
+        if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.steps:
+            checkpoint(model, step + 1)
     model.eval()
     summary = {"kind": kind, "architecture": type(model).__name__,
                "parameters": sum(p.numel() for p in model.parameters()),
@@ -251,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("seed", "data_seed", "steps", "batch", "threads"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="also save <out>/checkpoints/<name>-step<N>")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if not kinds or any(k not in FOLDER_NAMES for k in kinds):
@@ -260,7 +268,13 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m evalsuite.models.train_toy " + " ".join(sys.argv[1:] if argv is None else argv)
     tokenizer = build_tokenizer()
     for kind in kinds:
-        model, summary = train(kind, cfg, tokenizer)
+        name = FOLDER_NAMES[kind]
+
+        def checkpoint(model: Any, step: int, name: str = name) -> None:
+            model.save_pretrained(args.out / "checkpoints" / f"{name}-step{step}")
+            tokenizer.save_pretrained(args.out / "checkpoints" / f"{name}-step{step}")
+
+        model, summary = train(kind, cfg, tokenizer, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every)
         save(model, tokenizer, args.out / FOLDER_NAMES[kind], cfg, summary, command.strip())
         print(f"saved {args.out / FOLDER_NAMES[kind]} ({summary['wall_seconds']}s)", flush=True)
 
