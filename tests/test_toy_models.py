@@ -16,13 +16,6 @@ import pytest
 from conftest import invoke
 from evalsuite.models import HERE as MODELS_DIR
 
-# The shipped weights come from `python -m evalsuite.models.train_toy`; without them these
-# checks cannot run, and say so instead of passing.
-needs_models = pytest.mark.skipif(
-    not all((MODELS_DIR / f"toy-{kind}" / "config.json").is_file() for kind in ("diff", "base")),
-    reason="toy models not built: python -m evalsuite.models.train_toy",
-)
-
 # two samples per (length, depth) cell: 20 prompts per model, seconds on a CPU
 NEEDLE_ARGS = ("--task", "needle", "-T", "lengths=512,1024", "-T", "samples=2", "--device", "cpu", "--no-progress")
 
@@ -42,7 +35,6 @@ def _accuracy_by_length(summary: dict) -> dict[int, float]:
     return {length: sum(hits) / counts[length] for length, hits in by_length.items()}
 
 
-@needs_models
 @pytest.mark.parametrize("name, architecture", [("toy-diff", "DiffLlamaForCausalLM"), ("toy-base", "LlamaForCausalLM")])
 def test_toy_model_retrieves_at_512_and_1024(name, architecture, tmp_path, capsys):
     summary = _needle_run(capsys, name, tmp_path)
@@ -56,7 +48,6 @@ def test_toy_model_retrieves_at_512_and_1024(name, architecture, tmp_path, capsy
     assert {cell["depth"] for cell in summary["cells"]} == {0.0, 0.25, 0.5, 0.75, 1.0}
 
 
-@needs_models
 @pytest.mark.parametrize("kind", ["diff", "base"])
 def test_random_model_of_the_same_shape_fails(kind, tmp_path, capsys):
     """The control: same shape, same tokenizer, same samples, untrained weights."""
@@ -78,7 +69,6 @@ def test_random_model_of_the_same_shape_fails(kind, tmp_path, capsys):
     assert summary["overall"]["correct_all"] <= 0.1
 
 
-@needs_models
 def test_shipped_pair_is_matched_and_small():
     from transformers import AutoConfig
 
@@ -136,3 +126,23 @@ def test_training_is_reproducible(toy_tokenizer):
     a, b, c = first.state_dict(), second.state_dict(), other.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("kind", ["diff", "base"])
+def test_packed_episodes_do_not_attend_to_each_other(kind, toy_tokenizer):
+    """Training packs episodes with restarting position ids; an episode's logits must be
+    the same as when it is alone, or the model would learn from text it never sees at evaluation."""
+    import torch
+
+    from evalsuite.models.toy import ToySize, random_model
+
+    model = random_model(kind, len(toy_tokenizer), ToySize(hidden=64, layers=2, heads=4, intermediate=128), seed=3)
+    model.config._attn_implementation = "sdpa"  # as in training
+    first = toy_tokenizer("The magic number of Paris is 1234567. Some filler text.")["input_ids"]
+    second = toy_tokenizer("Question: what is the magic number of Paris?")["input_ids"]
+    ids = torch.tensor([first + second])
+    positions = torch.tensor([list(range(len(first))) + list(range(len(second)))])
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, len(first):]
+        alone = model(input_ids=torch.tensor([second]), use_cache=False).logits[0]
+    torch.testing.assert_close(packed, alone, atol=1e-4, rtol=1e-4)

@@ -22,7 +22,7 @@ def _toy(name: str) -> str:
     return f"hf:{folder}"
 
 
-@register_model("toy-diff", "built-in DiffLlama toy model (a few M parameters) trained to retrieve needles")
+@register_model("toy-diff", "built-in DiffLlama toy model (about 1M parameters) trained to retrieve needles")
 def toy_diff() -> str:
     return _toy("toy-diff")
 
