@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from evalsuite.backends.fake import FakeModel
-
 from evalsuite.errors import UserError
 from evalsuite.runner import make_task
 from evalsuite.tasks.icl import (

@@ -11,12 +11,13 @@ number of <city> is <n>." needles, the question and "Answer: The magic number
 of <city> is". Each episode continues with the answer and then asks about
 every other needle of the same haystack (dense supervision).
 
-Choices that make retrieval learnable on a CPU budget (each model takes about an
-hour on 2 cores):
+Choices that make retrieval learnable on a CPU budget (the shipped pair took
+68 min (Llama) and 104 min (DiffLlama) on one core each; docs/toy-models.md):
 - a curriculum: early sequences pack several short episodes, later ones hold
   episodes up to the full length; packed episodes use disjoint cities, so a
   question is never ambiguous;
-- next-token loss over the whole sequence, answer digits weighted more;
+- next-token loss over the whole sequence, answer digits weighted 1 and every
+  other token `text_weight` (0.02);
 - AdamW with linear warmup then cosine decay, gradient clipping.
 
 Both models see identical sequences (the data depends only on `data_seed`, the
