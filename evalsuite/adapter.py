@@ -2,13 +2,19 @@
 
 Tasks only build requests and read outputs; batching, sorting by length,
 prefix caching and memory limits live inside the backend.
+
+Beyond generate and loglikelihood, a backend may offer capabilities, named in
+its `capabilities` set and each a small protocol below. A task names the ones
+it needs (`required_capabilities`) and calls them through the adapter only; a
+backend without one is refused before the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,7 @@ class GenerationRequest:
     max_new_tokens: int = 32
     stop: tuple[str, ...] = ()
     choices: tuple[str, ...] | None = None
+    target: tuple[str, ...] = ()  # the sample's expected answer, for scripted backends; real backends ignore it
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class LoglikelihoodRequest:
     context: str
     continuation: str
     prefix: str = ""
+    target: tuple[str, ...] = ()  # the sample's expected answer, for scripted backends; real backends ignore it
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class Loglikelihood:
 @runtime_checkable
 class ModelAdapter(Protocol):
     name: str  # short, file-name safe
+    capabilities: frozenset[str]  # names from CAPABILITIES that this backend offers
     max_context: int  # tokens the model can attend over
     chat_template: bool  # prompts are wrapped in the model's chat template
 
@@ -64,3 +73,48 @@ class ModelAdapter(Protocol):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]: ...
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]: ...
+
+
+# ---- capabilities beyond generate/loglikelihood -----------------------------------------------
+
+ATTENTION_QUANTIZATION = "attention_quantization"
+ACTIVATION_PROBE = "activation_probe"
+ATTENTION_ALLOCATION = "attention_allocation"
+TOKEN_NLL = "token_nll"
+CAPABILITIES = (ATTENTION_QUANTIZATION, ACTIVATION_PROBE, ATTENTION_ALLOCATION, TOKEN_NLL)
+
+
+@runtime_checkable
+class QuantizedAttention(Protocol):
+    """ATTENTION_QUANTIZATION: attention logits quantized to `bits` inside the context
+    (None: as loaded). The granularity is the backend's own option."""
+
+    def quantized_attention(self, bits: int | None) -> AbstractContextManager[None]: ...
+
+
+# observe(kind, layer, values, valid): kind "hidden" (a layer's output) or "attention_logits"
+# (pre-softmax q.k scaled); `valid` marks the causal entries of `values`, or None for all.
+ActivationObserver = Callable[[str, int, Any, Any], None]
+
+
+@runtime_checkable
+class ActivationProbe(Protocol):
+    """ACTIVATION_PROBE: token windows through the model, every layer's activations observed."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def probe_activations(self, windows: Sequence[Sequence[int]], observe: ActivationObserver,
+                          windows_per_pass: int) -> None: ...
+
+
+class ProbeRequest(Protocol):
+    """A request that measures the model itself through one capability."""
+
+    capability: ClassVar[str]
+
+    def measure(self, model: ModelAdapter) -> Any: ...
+
+
+def missing_capabilities(model: ModelAdapter, needed: Sequence[str]) -> list[str]:
+    offered = getattr(model, "capabilities", frozenset())
+    return [name for name in needed if name not in offered]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from .contracts import Judged
+from .distributed import world_from_env
 from .errors import UserError
 from .params import split_pairs
 
@@ -44,6 +46,8 @@ def list_cmd() -> None:
     click.echo("Models:")
     for name, doc in info["models"].items():
         click.echo(f"  {name:<14} {doc}")
+    click.echo("Backends (model specs NAME:...):")
+    click.echo("  " + ", ".join(info["backends"]))
     from .suites import shipped_suites
 
     click.echo("Suites:")
@@ -140,16 +144,18 @@ def run(models: tuple[str, ...], task: str | None, suite: str | None, task_optio
                    options)
         return
     task_obj = make_task(task, split_pairs(task_options, "-T"), seed)
-    if judge_args.get("judge") and not hasattr(task_obj, "judge_step"):
+    if judge_args.get("judge") and not isinstance(task_obj, Judged):
         raise UserError(f"task {task_obj.name} has no judging step; --judge is for tasks such as hallucination")
     judge = _make_judge(judge_args, out / "judge-cache.sqlite", device, batch_size)
     if judge is not None:
         options = replace(options, judge=judge)
     runs = run_models(task_obj, models, backend_options, device, batch_size, options)
+    if not world_from_env().main:
+        return  # under torchrun, rank 0 reports for every rank
     for run_folder in runs:
         summary = json.loads(run_folder.summary_path.read_text())
         click.echo(f"{run_folder.path}: {_headline(summary)}")
-    if judge is not None:
+    if judge is not None and isinstance(task_obj, Judged):
         click.echo(task_obj.judge_table([r.path for r in runs], judge.name))
     if len(runs) == 2:
         from .compare import compare_runs
@@ -169,6 +175,8 @@ def _run_suite(suite: str | None, task: str | None, task_options: tuple[str, ...
 
     loaded = load_suite(suite, seed)
     results = run_suite(loaded, models, model_options, device, batch_size, options)
+    if not world_from_env().main:
+        return
     for result in results:
         click.echo(f"suite {loaded.name}: {result}")
         for name, folder in suite_runs(result):
@@ -266,19 +274,39 @@ def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: boo
     from .runner import finish
 
     folders = [open_run(path) for path in runs]
-    tasks = []
+    tasks: list[Judged] = []
     for folder in folders:
         if not folder.complete:
             raise UserError(f"run {folder.path} is not complete (no summary.json); rerun its command to finish it")
-        tasks.append(task_for_run(folder))
-        if not hasattr(tasks[-1], "judge_step"):
-            raise UserError(f"task {tasks[-1].name} of {folder.path} has no judging step")
+        task = task_for_run(folder)
+        if not isinstance(task, Judged):
+            raise UserError(f"task {task.name} of {folder.path} has no judging step")
+        tasks.append(task)
     judge = _make_judge(judge_args, folders[0].path.parent / "judge-cache.sqlite", device, batch_size)
-    for folder, task in zip(folders, tasks):
-        outcome = task.judge_step(folder, judge, progress=not no_progress)
-        finish(task, folder)
+    for folder, judged in zip(folders, tasks):
+        outcome = judged.judge_step(folder, judge, progress=not no_progress)
+        finish(task_for_run(folder), folder)
         click.echo(f"{folder.path}: {outcome.new} new verdicts from {outcome.label}")
     click.echo(tasks[0].judge_table([f.path for f in folders], judge.name))
+
+
+@cli.command("lm-eval", context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                          "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def lm_eval_cmd(args: tuple[str, ...]) -> None:
+    """lm-eval's own command line with evalsuite's model registered: every argument goes to
+    lm-eval unchanged (e.g. --model evalsuite --model_args model=toy-diff --tasks hellaswag)."""
+    try:
+        import lm_eval.__main__ as lm_eval_main
+    except ImportError:
+        raise UserError('evalsuite lm-eval needs lm-eval: pip install "evalsuite[lmeval]"') from None
+    import evalsuite.lmeval_model  # noqa: F401  (registers the "evalsuite" model name)
+
+    argv, sys.argv = sys.argv, ["lm_eval", *args]
+    try:
+        lm_eval_main.cli_evaluate()
+    finally:
+        sys.argv = argv
 
 
 def main() -> None:
@@ -298,6 +326,10 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted: rerun the same command to resume", err=True)
         sys.exit(130)
+    except OSError as exc:  # a path the user gave that cannot be read or written (a folder, no permission...)
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

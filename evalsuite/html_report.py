@@ -208,6 +208,7 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
     task = _task_object(config)
     model = config.get("model", {}).get("name", "?")
     if task is not None and hasattr(task, "plots"):
+        (plot_dir / run.path.name).mkdir(parents=True, exist_ok=True)  # the Plotted contract: the folder exists
         plots = task.plots(frame, plot_dir / run.path.name, str(model))
     else:  # the task's module is not installed here: show the plots the run wrote
         plots = sorted(run.plots.glob("*.png"))

@@ -23,7 +23,6 @@ and `report` accept that file wherever they accept a run folder.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -137,6 +136,8 @@ def load_suite(name_or_path: str | Path, seed: int | None = None) -> Suite:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"suite file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"suite file {path} is not UTF-8 text (a TOML file must be UTF-8)") from None
     except OSError as exc:
         raise UserError(f"cannot read suite file {path}: {exc.strerror or exc}") from None
     _check_keys(raw, SUITE_KEYS, f"suite file {path}")
@@ -158,29 +159,31 @@ def load_suite(name_or_path: str | Path, seed: int | None = None) -> Suite:
 def run_suite(suite: Suite, specs: Sequence[str], model_options: Mapping[str, str], device: str, batch_size: int,
               options: Any) -> list[Path]:
     """Every entry on each model (loaded once); returns the suite result files."""
-    from .backends import load_model
-    from .runner import _safe, check_writable, run_task
+    from .runner import for_each_model
 
-    check_writable(options.out)
-    results = []
-    for spec in specs:
-        model = load_model(spec, model_options, device=device, batch_size=batch_size)
-        runs = []
-        for entry in suite.entries:
-            limit = options.limit if options.limit is not None else entry.limit
-            runs.append((entry, run_task(entry.task, model, dataclasses.replace(options, limit=limit))))
-        result = options.out / f"suite-{_safe(suite.name)}-{_safe(model.name)}.json"
-        write_json_atomic(result, {
-            "format": RESULT_FORMAT, "version": 1, "suite": suite.name, "suite_file": str(suite.path),
-            "model": model.name, "model_spec": spec,
-            "runs": [{"name": entry.name, "task": entry.task.name, "run": run.path.name,
-                      "overall": json.loads(run.summary_path.read_text()).get("overall", {})}
-                     for entry, run in runs],
-        })
-        results.append(result)
-        del model
-        gc.collect()
-    return results
+    return for_each_model(specs, model_options, device, batch_size, options.out,
+                          lambda spec, model: _run_entries(suite, spec, model, options))
+
+
+def _run_entries(suite: Suite, spec: str, model: Any, options: Any) -> Path:
+    from .distributed import world_from_env
+    from .runner import _safe, run_task
+
+    runs = []
+    for entry in suite.entries:
+        limit = options.limit if options.limit is not None else entry.limit
+        runs.append((entry, run_task(entry.task, model, dataclasses.replace(options, limit=limit))))
+    result: Path = options.out / f"suite-{_safe(suite.name)}-{_safe(model.name)}.json"
+    if not world_from_env().main:
+        return result  # rank 0 writes the suite result
+    write_json_atomic(result, {
+        "format": RESULT_FORMAT, "version": 1, "suite": suite.name, "suite_file": str(suite.path),
+        "model": model.name, "model_spec": spec,
+        "runs": [{"name": entry.name, "task": entry.task.name, "run": run.path.name,
+                  "overall": json.loads(run.summary_path.read_text()).get("overall", {})}
+                 for entry, run in runs],
+    })
+    return result
 
 
 # ---- reading results back --------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_same_seed_same_haystack_other_seed_other(toy_tokenizer):
 
     def prompt(seed):
         task = Needle(lengths=(300,), depths=(0.5,), samples=1, seed=seed)
-        return task.requests(task.plan()[0], model)[0][0].prompt
+        return task.requests(next(iter(task.plan())), model)[0][0].prompt
 
     assert prompt(0) == prompt(0)
     assert prompt(0) != prompt(1)
@@ -118,7 +118,7 @@ def test_text_file_haystack(tmp_path, toy_tokenizer):
     model = TokenizerAdapter(toy_tokenizer)
     task = Needle(lengths=(512,), depths=(0.5,), samples=1, haystack=str(book))
     task.check(model)
-    (request,), info = task.requests(task.plan()[0], model)
+    (request,), info = task.requests(next(iter(task.plan())), model)
     assert "Sentence number" in request.prompt
     assert 0.99 * 512 <= info["prompt_tokens"] <= 512
 

@@ -284,3 +284,64 @@ def test_the_cache_is_keyed_by_model_and_request(tmp_path):
         (tmp_path / "judgements" / "openai_judge-x.jsonl").unlink()
         run_judge(tmp_path, openai_judge(tmp_path, server.url), changed)
         assert server.count == 18  # a different request is a different key
+
+
+# ---- secrets and untrusted endpoints ---------------------------------------------------------
+
+
+def key_fragments(data: bytes, key: str = KEY, size: int = 8) -> list[str]:
+    return [key[i:i + size] for i in range(len(key) - size + 1) if key[i:i + size].encode() in data]
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_no_fragment_of_the_key_reaches_disk_wherever_an_error_body_cuts_it(tmp_path, monkeypatch, status):
+    """A server echoing the Authorization header at every offset around the 300-byte cut of an
+    error body (and the 120-byte excerpt of a malformed one) leaves no 8-character piece of the key."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    offsets = list(range(230, 320)) + list(range(60, 130))
+
+    def echo_at_offset(n, body, headers):
+        padding = "x" * offsets[n % len(offsets)]
+        return Reply(status=status, raw=(padding + headers["Authorization"] + " trailing").encode())
+
+    def malformed_at_offset(n, body, headers):
+        return Reply(status=200, raw=("{" + "y" * offsets[n % len(offsets)] + headers["Authorization"]).encode())
+
+    for index, script in enumerate((echo_at_offset, malformed_at_offset)):
+        folder = tmp_path / f"case{index}"
+        with ChatServer(script) as server:
+            judge = openai_judge(folder, server.url, retries=0, concurrency=1)
+            try:
+                run_judge(folder, judge, items(len(offsets)))
+            except JudgeUnavailable:
+                pass  # a 500 with no retries left stops the run; what was recorded is checked below
+            finally:
+                judge.close()
+        assert server.count >= 1
+        assert key_fragments(files_text(folder)) == []
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd#", "notaurl", "ftp://127.0.0.1/v1", "http://"])
+def test_only_http_endpoints_are_accepted(url):
+    with pytest.raises(UserError, match="http:// or https://"):
+        JudgeSettings(spec="openai:judge-x", base_url=url)
+
+
+def test_an_empty_success_body_is_retried_and_never_cached(tmp_path):
+    seen: set[str] = set()
+
+    def glitch_then_healthy(n, body, headers):
+        key = json.dumps(body, sort_keys=True)
+        if key not in seen:  # every request's first attempt gets a proxy's empty 200
+            seen.add(key)
+            return Reply(status=200, content="")
+        return by_marker()(n, body, headers)
+
+    with ChatServer(glitch_then_healthy) as server:
+        outcome = run_judge(tmp_path, openai_judge(tmp_path, server.url, retries=3, concurrency=1))
+        assert verdict_values(outcome) == expected()
+        assert server.count == 12  # each of the 6 items: one empty reply, then a real one
+        # judging again from scratch is served from the cache: real answers, not the empty ones
+        again = judge_missing(tmp_path / "again", items(), openai_judge(tmp_path, server.url), progress=False)
+        assert server.count == 12
+    assert verdict_values(again) == expected() and all(v.cached for v in again.verdicts.values())

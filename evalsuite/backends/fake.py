@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ class FakeModel:
         self.name = f"fake-{behaviour}"
         self.max_context = options.max_context
         self.chat_template = options.chat_template
+        self.capabilities: frozenset[str] = frozenset()
 
     @classmethod
     def from_options(cls, behaviour: str, raw: dict[str, str]) -> FakeModel:
@@ -92,3 +93,9 @@ class FakeModel:
             out.append(Loglikelihood(logprob=-1.0 - digest[0] / 32.0, is_greedy=digest[1] % 2 == 0,
                                      tokens=len(r.continuation.encode())))
         return out
+
+
+def load(rest: str, options: Mapping[str, str], *, device: str = "cpu", batch_size: int = 8,
+         label: str | None = None) -> FakeModel:
+    """The `fake[:behaviour]` backend's loader (behaviour defaults to oracle)."""
+    return FakeModel.from_options(rest or "oracle", dict(options))

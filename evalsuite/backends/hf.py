@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,7 @@ class HFModel:
         self.max_context = options.max_context or config_max or 2048
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
         self.eos_ids = self._eos_ids()
+        self.capabilities: frozenset[str] = frozenset({"attention_quantization", "activation_probe"})
         self._prefix: _Prefix | None = None  # the current shared prefix's cache, kept across calls
         self._cacheable = True
         if self.chat_template and not getattr(tokenizer, "chat_template", None):
@@ -579,3 +580,15 @@ class _Prefix:
 
 def option_names() -> list[str]:
     return [f.name for f in dataclasses.fields(HFOptions)]
+
+
+def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
+         label: str | None = None) -> HFModel:
+    """The `hf` backend's loader: a transformers folder or hub id."""
+    return HFModel.load(rest, dict(options), device=device, batch_size=batch_size, label=label)
+
+
+def load_gguf(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
+              label: str | None = None) -> HFModel:
+    """The `gguf` backend's loader: a GGUF file, dequantized by transformers."""
+    return HFModel.load(rest, dict(options), device=device, batch_size=batch_size, gguf=True, label=label)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -163,6 +164,8 @@ class JudgeSettings:
             raise UserError(f"--judge {kind} needs a model name, e.g. --judge {kind}:<model>")
         if kind == "lexical" and model:
             raise UserError("--judge lexical takes no model name")
+        if kind == "openai":
+            check_http_url(self.endpoint, "--judge-base-url")
         if self.concurrency < 1 or self.retries < 0 or self.backoff < 0 or self.timeout <= 0 or self.max_tokens < 0:
             raise UserError("--judge-concurrency must be >= 1, --judge-retries and --judge-backoff >= 0, "
                             "--judge-timeout > 0 and --judge-max-tokens >= 0")
@@ -178,6 +181,13 @@ class JudgeSettings:
     @property
     def endpoint(self) -> str:
         return (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+
+
+def check_http_url(url: str, option: str) -> None:
+    """Only http(s) endpoints with a host: a file:// or malformed URL is refused before any request."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{option} must be an http:// or https:// URL with a host, got {url!r}")
 
 
 class Judge(Protocol):

@@ -34,20 +34,34 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import SYSTEM, JudgeItem, JudgeSettings, JudgeUnavailable, Verdict, error_verdict, judge_prompt, verdict_from_text
+from ..errors import UserError
+from . import (
+    SYSTEM,
+    JudgeItem,
+    JudgeSettings,
+    JudgeUnavailable,
+    Verdict,
+    error_verdict,
+    judge_prompt,
+    verdict_from_text,
+)
 
 MAX_DELAY = 60.0  # seconds: no single backoff wait is longer
+ERROR_BODY_READ = 65536  # bytes of an error body read (and scrubbed) before it is cut for the record
 
 
 class ResponseCache:
     """Judge responses on disk: sha256(endpoint + request body) -> response text."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(path, timeout=30)
-        self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, content TEXT NOT NULL)")
-        self.db.commit()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=30)
+            self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, content TEXT NOT NULL)")
+            self.db.commit()
+        except (sqlite3.Error, OSError) as exc:
+            raise UserError(f"--judge-cache {path} is not a usable sqlite file: {exc}") from None
 
     @staticmethod
     def key(endpoint: str, body: bytes) -> str:
@@ -237,11 +251,11 @@ class OpenAIJudge:
             if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
                 raise _Retryable(f"timed out after {self.settings.timeout:g}s") from None
             raise _Retryable(f"connection failed ({reason or type(exc).__name__})") from None
-        return _content(raw)
+        return _content(raw, self.scrub)
 
     def _http_error(self, exc: urllib.error.HTTPError) -> Exception:
-        try:
-            detail = " ".join(exc.read(300).decode("utf-8", "replace").split())
+        try:  # scrub the whole body first, then cut: a key straddling the cut must not leave a fragment
+            detail = " ".join(self.scrub(exc.read(ERROR_BODY_READ).decode("utf-8", "replace")).split())[:300]
         except (OSError, http.client.HTTPException):
             detail = ""
         status = f"HTTP {exc.code}" + (f": {detail}" if detail else "")
@@ -264,13 +278,16 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _content(raw: bytes) -> str:
-    """choices[0].message.content of a chat-completions response."""
+def _content(raw: bytes, scrub: Callable[[str], str]) -> str:
+    """choices[0].message.content of a chat-completions response. An empty or cut-off body
+    (a proxy's glitch) is a retryable fault, never an answer: it must not be cached."""
     try:
         content = json.loads(raw)["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
-        excerpt = " ".join(raw[:120].decode("utf-8", "replace").split())
+        excerpt = " ".join(scrub(raw.decode("utf-8", "replace")).split())[:120]
         raise _Retryable(f"malformed response body: {excerpt!r}", malformed=True) from None
     if not isinstance(content, str):
         raise _Retryable("malformed response body: message content is not text", malformed=True)
+    if not content.strip():
+        raise _Retryable("empty response: the message content is blank", malformed=True)
     return content

@@ -295,6 +295,10 @@ class Icl:
                 "test_index": example.index, "seed": self.seed}
         return Sample(id=sample_id, task=self.name, axes=axes, target=(example.label,), data={"text": example.text})
 
+    def shard_key(self, sample: Sample) -> tuple[int, int]:
+        """One demonstration block per data-parallel rank, so its prefix cache is built once."""
+        return sample.axes["n_shots"], sample.axes["permutation"]
+
     # ---- prompts -------------------------------------------------------------------------
 
     def requests(self, sample: Sample, model: ModelAdapter) -> tuple[list[Any], dict[str, Any]]:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from collections.abc import Iterator
 
 from ..adapter import GenerationRequest, ModelAdapter
 from ..errors import UserError
@@ -103,14 +104,12 @@ class Needle:
 
     # ---- plan ----------------------------------------------------------------------------
 
-    def plan(self) -> list[Sample]:
-        out = []
+    def plan(self) -> Iterator[Sample]:
         for n, r in zip(self.needles, self.queries):
             for length in self.lengths:
                 for depth in self.depths:
                     for index in range(self.samples):
-                        out.append(self._sample(n, r, length, depth, index))
-        return out
+                        yield self._sample(n, r, length, depth, index)
 
     def _sample(self, n: int, r: int, length: int, depth: float, index: int) -> Sample:
         sample_id = f"needle-N{n}-R{r}-L{length}-d{depth:g}-s{self.seed}-{index:03d}"
