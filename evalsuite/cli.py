@@ -302,7 +302,9 @@ def lm_eval_cmd(args: tuple[str, ...]) -> None:
         raise UserError('evalsuite lm-eval needs lm-eval: pip install "evalsuite[lmeval]"') from None
     import evalsuite.lmeval_model  # noqa: F401  (registers the "evalsuite" model name)
 
-    argv, sys.argv = sys.argv, ["lm_eval", *args]
+    # lm-eval's own default device is cuda:0; evalsuite's model picks the machine's device unless told
+    device = [] if any(a == "--device" or a.startswith("--device=") for a in args) else ["--device", "auto"]
+    argv, sys.argv = sys.argv, ["lm_eval", *args, *device]
     try:
         lm_eval_main.cli_evaluate()
     finally:

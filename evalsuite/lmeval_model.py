@@ -29,6 +29,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from .adapter import GenerationRequest, LoglikelihoodRequest, ModelAdapter
+from .distributed import barrier, device_for, init, world_from_env
 from .errors import UserError
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
@@ -61,6 +62,9 @@ class EvalsuiteLM(LM):
     def __init__(self, adapter: ModelAdapter | None = None, model: str | None = None, device: str | None = None,
                  batch_size: int | str | None = None, max_batch_size: int | None = None, **options: Any):
         super().__init__()
+        world = world_from_env()  # under `accelerate launch`: lm-eval splits documents by rank itself
+        self._rank, self._world_size = world.rank, world.size
+        init(world)
         if adapter is None:
             if not model:
                 raise UserError("the evalsuite lm-eval model needs model_args=model=<evalsuite model spec>")
@@ -68,8 +72,46 @@ class EvalsuiteLM(LM):
 
             size = int(batch_size) if str(batch_size or "").isdigit() else 8  # 'auto': the adapter caps memory
             adapter = load_model(str(model), {k: _option_text(v) for k, v in options.items()},
-                                 device=device or "auto", batch_size=size)
+                                 device=device_for(world, device or "auto"), batch_size=size)
         self.adapter = adapter
+        self._device = getattr(adapter, "device", "cpu")
+
+    # ---- data parallel under accelerate/torchrun: lm-eval's gathering hooks --------------------
+
+    def all_gather(self, tensor: Any) -> Any:
+        if self._world_size == 1:
+            return tensor
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.zeros_like(tensor) for _ in range(self._world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> Any:
+        if self._world_size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self._world_size if self._rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
+        return out
+
+    def barrier(self) -> None:
+        barrier(world_from_env())
+
+    # ---- chat templates (--apply_chat_template) ------------------------------------------------
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        tokenizer = getattr(self.adapter, "tokenizer", None)
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise UserError(f"--apply_chat_template: model {self.adapter.name} has no chat template")
+        return str(tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt))
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        tokenizer = getattr(self.adapter, "tokenizer", None)
+        return getattr(tokenizer, "chat_template", None) or ""
 
     @property
     def tokenizer_name(self) -> str:
