@@ -7,13 +7,19 @@ metric the task declares:
 
     drop = mean(baseline) - mean(candidate)     over the paired samples
            (candidate - baseline for metrics the task marks lower_is_better)
-    p    = one-sided paired test of "no drop" against "the candidate is worse":
-           exact McNemar (binomial on the discordant pairs) for pass/fail
-           metrics, paired bootstrap of the mean difference for continuous ones
 
-A metric fails when drop > max_drop AND p < alpha: a drop beyond the tolerance
-that the paired samples make unlikely to be noise. Exit 0: nothing failed;
-1: something failed; 2: bad input (from the CLI).
+and the gate tests "the drop exceeds the tolerance" (`stats.drop_bound_test`:
+a cluster-robust standard error, samples that share the task's cluster key
+counted as one unit, Student's t). A metric fails when its one-sided p-value
+of "true drop <= max_drop", Holm-adjusted over every metric of the check, is
+below alpha: then the lower confidence bound of the drop lies beyond the
+tolerance, and a true drop exactly at the tolerance fails at most alpha of the
+time. With `require_non_inferiority` the gate is reversed for release gates: a
+metric passes only when the upper bound shows the drop is within the
+tolerance. Every metric also reports the drop the gate would catch with 80%
+power at this n, so a smoke-size gate says what it cannot see. Exit 0: nothing
+failed; 1: something failed; 2: bad input (from the CLI), including a check
+with nothing to compare.
 
 An exported baseline keeps the task configuration and the per-sample outcomes
 of each metric, nothing else: small enough to commit next to the suite.
@@ -33,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .compare import identity_difference, paired_test, paired_values, task_identity, task_spec
+from .compare import identity_difference, paired_values, task_identity, task_spec
 from .errors import UserError
 from .records import RunFolder, open_run, write_json_atomic
+from .stats import detectable_drop, drop_bound_test, holm, one_sided_bounds
 from .suites import RESULT_FORMAT, read_json_input, suite_runs
 
 BASELINE_FORMAT = "evalsuite-baseline"
@@ -52,6 +59,7 @@ class Outcomes:
     scores: Mapping[str, tuple[float | None, ...]]  # metric -> value per id (None: no value)
     errors: Mapping[str, str] = field(default_factory=dict)  # id -> error, for samples that failed
     lower_is_better: tuple[str, ...] = ()
+    clusters: tuple[Any, ...] | None = None  # per id: the value of the task's cluster key
 
     @property
     def model(self) -> str:
@@ -60,12 +68,14 @@ class Outcomes:
     def frame(self) -> pd.DataFrame:
         frame = pd.DataFrame({"id": list(self.ids), **{m: list(v) for m, v in self.scores.items()}})
         frame["error"] = [self.errors.get(i) for i in self.ids]
+        frame["cluster"] = list(self.clusters) if self.clusters is not None else list(self.ids)
         return frame
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "run": self.run, "config": dict(self.config), "ids": list(self.ids),
                 "scores": {m: list(v) for m, v in self.scores.items()}, "errors": dict(self.errors),
-                "lower_is_better": list(self.lower_is_better)}
+                "lower_is_better": list(self.lower_is_better),
+                "clusters": list(self.clusters) if self.clusters is not None else None}
 
 
 def _compact(value: Any) -> float | int | None:
@@ -88,6 +98,7 @@ def run_outcomes(folder: Path, name: str | None = None) -> Outcomes:
         name=name or run.path.name, run=run.path.name, config=config, ids=tuple(r.id for r in records),
         scores={m: tuple(_compact(r.scores.get(m)) for r in records) for m in spec.metrics},
         errors={r.id: r.error for r in records if r.error}, lower_is_better=spec.lower_is_better,
+        clusters=tuple(r.axes.get(spec.cluster_key) for r in records) if spec.cluster_key else None,
     )
 
 
@@ -97,7 +108,8 @@ def baseline_outcomes(path: Path, data: Mapping[str, Any]) -> list[Outcomes]:
     try:
         return [Outcomes(name=r["name"], run=r["run"], config=r["config"], ids=tuple(r["ids"]),
                          scores={m: tuple(v) for m, v in r["scores"].items()}, errors=r.get("errors", {}),
-                         lower_is_better=tuple(r.get("lower_is_better", ())))
+                         lower_is_better=tuple(r.get("lower_is_better", ())),
+                         clusters=tuple(r["clusters"]) if r.get("clusters") is not None else None)
                 for r in data["runs"]]
     except (KeyError, TypeError) as exc:
         raise UserError(f"{path} is a damaged baseline file (missing {exc}); re-export it") from None
@@ -130,14 +142,15 @@ def export_baseline(outcomes: Sequence[Outcomes], path: Path, source: str) -> No
 class MetricCheck:
     name: str  # the run's (suite entry) name
     metric: str
-    test: str
     n: int
+    clusters: int
     baseline: float
     candidate: float
     drop: float
-    low: float
-    high: float
-    p_value: float
+    low: float  # one-sided (1 - alpha) lower bound of the drop
+    high: float  # one-sided (1 - alpha) upper bound
+    p_value: float  # Holm-adjusted p of the mode's null (see module docstring)
+    detectable: float  # the true drop caught with 80% power at this n
     failed: bool
     verdict: str
 
@@ -177,36 +190,76 @@ def _goodness(values: np.ndarray, pass_fail: bool, lower_is_better: bool) -> np.
     return 1.0 - values if pass_fail else -values
 
 
-def check_pair(cand: Outcomes, base: Outcomes, max_drop: float, alpha: float) -> list[MetricCheck]:
+@dataclass(frozen=True)
+class Measured:
+    """One metric of one run pair before the Holm adjustment."""
+
+    name: str
+    metric: str
+    n: int
+    baseline: float
+    candidate: float
+    drop: np.ndarray  # per sample, in the metric's good direction
+    clusters: list[Any] | None
+
+
+def measure_pair(cand: Outcomes, base: Outcomes) -> list[Measured]:
+    """Each shared metric's paired drop, with the candidate's errors counted as fails."""
     frame_c, frame_b = cand.frame(), base.frame()
     common = sorted(set(frame_c["id"]) & set(frame_b["id"]))
     if not common:
         raise UserError(f"candidate run {cand.name} and baseline run {base.name} share no sample ids")
     frame_c = frame_c.set_index("id").loc[common].reset_index()
     frame_b = frame_b.set_index("id").loc[common].reset_index()
-    checks = []
+    measured = []
     for metric in [m for m in base.scores if m in cand.scores]:
-        b_values, c_values, pass_fail = paired_values(frame_b, frame_c, metric)
+        b_values, c_values, pass_fail, clusters = paired_values(frame_b, frame_c, metric, "cluster")
         lower = metric in base.lower_is_better or metric in cand.lower_is_better
-        test = paired_test(_goodness(b_values, pass_fail, lower), _goodness(c_values, pass_fail, lower),
-                           pass_fail, one_sided=True)
-        drop = test["diff"]
-        failed = bool(test["n"] > 0 and drop > max_drop and test["p_value"] < alpha)
-        if test["n"] == 0:
-            verdict = "no paired values"
-        elif failed:
-            verdict = "REGRESSION"
-        elif drop > max_drop:
-            verdict = "drop within noise"
-        else:
-            verdict = "ok"
-        checks.append(MetricCheck(
-            name=cand.name, metric=metric, test=test["test"], n=test["n"],
+        drop = _goodness(b_values, pass_fail, lower) - _goodness(c_values, pass_fail, lower)
+        measured.append(Measured(
+            name=cand.name, metric=metric, n=int(drop.size),
             baseline=float(np.mean(b_values)) if b_values.size else math.nan,
             candidate=float(np.mean(c_values)) if c_values.size else math.nan,
-            drop=drop, low=test["low"], high=test["high"], p_value=test["p_value"], failed=failed, verdict=verdict,
+            drop=drop, clusters=clusters,
         ))
+    return measured
+
+
+def decide(measured: Sequence[Measured], max_drop: float, alpha: float, non_inferiority: bool
+           ) -> list[MetricCheck]:
+    """Each metric's verdict, Holm-adjusted over all the metrics of one check."""
+    tests = [drop_bound_test(m.drop, m.clusters, max_drop) if m.n else {} for m in measured]
+    key = "p_within" if non_inferiority else "p_exceeds"
+    adjusted = holm([t[key] if t else math.nan for t in tests])
+    checks = []
+    for m, t, p in zip(measured, tests, adjusted):
+        low, high = one_sided_bounds(t, alpha) if t else (math.nan, math.nan)
+        significant = not math.isnan(p) and p < alpha
+        failed = (not significant) if non_inferiority else significant
+        checks.append(MetricCheck(
+            name=m.name, metric=m.metric, n=m.n, clusters=t.get("clusters", 0) if t else 0,
+            baseline=m.baseline, candidate=m.candidate, drop=t["drop"] if t else math.nan, low=low, high=high,
+            p_value=p, detectable=detectable_drop(t, max_drop, alpha) if t else math.nan, failed=failed,
+            verdict=_verdict(t, max_drop, failed, non_inferiority)))
     return checks
+
+
+def check_pair(cand: Outcomes, base: Outcomes, max_drop: float, alpha: float, non_inferiority: bool = False
+               ) -> list[MetricCheck]:
+    """One run pair's metrics, Holm-adjusted among themselves (`check` adjusts over all pairs)."""
+    return decide(measure_pair(cand, base), max_drop, alpha, non_inferiority)
+
+
+def _verdict(test: dict[str, Any], max_drop: float, failed: bool, non_inferiority: bool) -> str:
+    if not test:
+        return "no paired values"
+    if math.isnan(test["p_exceeds"]):
+        return "too few samples"
+    if non_inferiority:
+        return "NOT SHOWN WITHIN TOLERANCE" if failed else "within tolerance"
+    if failed:
+        return "REGRESSION"
+    return "drop within noise" if test["drop"] > max_drop else "ok"
 
 
 @dataclass(frozen=True)
@@ -217,6 +270,7 @@ class CheckResult:
     alpha: float
     checks: tuple[MetricCheck, ...]
     notes: tuple[str, ...]
+    non_inferiority: bool = False
 
     @property
     def failed(self) -> list[MetricCheck]:
@@ -225,17 +279,22 @@ class CheckResult:
     def markdown(self) -> str:
         status = f"FAIL ({len(self.failed)} regression{'s' if len(self.failed) != 1 else ''})" if self.failed \
             else "PASS"
+        rule = (f"A metric passes only when the upper {1 - self.alpha:.0%} bound of its drop is within "
+                f"{self.max_drop:g} (non-inferiority)" if self.non_inferiority else
+                f"A metric fails when its drop exceeds {self.max_drop:g} beyond noise: the lower "
+                f"{1 - self.alpha:.0%} bound of the drop lies above the tolerance")
         lines = [f"## evalsuite check: {status}", "",
-                 f"Candidate `{self.candidate}` against baseline `{self.baseline}`. A metric fails when it dropped "
-                 f"by more than {self.max_drop:g} and a one-sided paired test (exact McNemar for pass/fail, paired "
-                 f"bootstrap otherwise) gives p < {self.alpha:g}.", "",
-                 "| run | metric | n | baseline | candidate | drop [95% CI] | test | p | verdict |",
+                 f"Candidate `{self.candidate}` against baseline `{self.baseline}`. {rule} (one-sided t test with a "
+                 f"cluster-robust standard error; p Holm-adjusted over the {len(self.checks)} metrics checked). "
+                 "'detects' is the drop this check catches with 80% power at its n.", "",
+                 "| run | metric | n | baseline | candidate | drop [one-sided bounds] | detects | p (Holm) | verdict |",
                  "|---|---|---|---|---|---|---|---|---|"]
         for c in self.checks:
             drop = f"{c.drop:+.3f} [{c.low:+.3f}, {c.high:+.3f}]" if c.n else "n/a"
             verdict = f"**{c.verdict}**" if c.failed else c.verdict
+            detects = "n/a" if math.isnan(c.detectable) else f"{c.detectable:.3f}"
             lines.append(f"| {c.name} | {c.metric} | {c.n} | {c.baseline:.3f} | {c.candidate:.3f} | {drop} | "
-                         f"{c.test} | {_p(c.p_value)} | {verdict} |")
+                         f"{detects} | {_p(c.p_value)} | {verdict} |")
         lines += [""] + [f"- {note}" for note in self.notes] if self.notes else []
         return "\n".join(lines) + "\n"
 
@@ -245,10 +304,10 @@ class CheckResult:
         for c in self.checks:
             case = ET.SubElement(suite, "testcase", classname=f"evalsuite.check.{c.name}", name=c.metric, time="0")
             detail = (f"{c.metric}: baseline {c.baseline:.4f}, candidate {c.candidate:.4f}, drop {c.drop:+.4f} "
-                      f"[{c.low:+.4f}, {c.high:+.4f}], {c.test} p={_p(c.p_value)}, n={c.n}: {c.verdict}")
+                      f"[{c.low:+.4f}, {c.high:+.4f}], p={_p(c.p_value)} (Holm), n={c.n}: {c.verdict}")
             if c.failed:
-                failure = ET.SubElement(case, "failure", message=f"{c.metric} dropped by {c.drop:.4f} "
-                                        f"(> {self.max_drop:g}, p={_p(c.p_value)} < {self.alpha:g})",
+                failure = ET.SubElement(case, "failure", message=f"{c.metric}: {c.verdict.lower()} (drop "
+                                        f"{c.drop:.4f}, tolerance {self.max_drop:g}, p={_p(c.p_value)})",
                                         type="regression")
                 failure.text = detail
             else:
@@ -278,7 +337,8 @@ def coverage_notes(pairs: Sequence[tuple[Outcomes, Outcomes]], unmatched: Sequen
     return notes
 
 
-def check(candidate: str | Path, baseline: str | Path, max_drop: float = 0.02, alpha: float = 0.05) -> CheckResult:
+def check(candidate: str | Path, baseline: str | Path, max_drop: float = 0.02, alpha: float = 0.05,
+          require_non_inferiority: bool = False) -> CheckResult:
     if not max_drop >= 0:
         raise UserError(f"--max-drop must be zero or more, got {max_drop}")
     if not 0 < alpha < 1:
@@ -286,17 +346,24 @@ def check(candidate: str | Path, baseline: str | Path, max_drop: float = 0.02, a
     pairs, unmatched = match_runs(load_outcomes(candidate), load_outcomes(baseline))
     if not pairs:
         raise UserError(f"{candidate} has no run with the task configuration of any run in {baseline}")
-    checks = [c for cand, base in pairs for c in check_pair(cand, base, max_drop, alpha)]
+    measured = [m for cand, base in pairs for m in measure_pair(cand, base)]
+    if not any(m.n for m in measured):
+        raise UserError(f"nothing to compare: {candidate} and {baseline} share no numeric metric values")
+    checks = decide(measured, max_drop, alpha, require_non_inferiority)
     return CheckResult(candidate=str(candidate), baseline=str(baseline), max_drop=max_drop, alpha=alpha,
-                       checks=tuple(checks), notes=tuple(coverage_notes(pairs, unmatched)))
+                       checks=tuple(checks), notes=tuple(coverage_notes(pairs, unmatched)),
+                       non_inferiority=require_non_inferiority)
 
 
 def publish(result: CheckResult, junit: Path | None) -> None:
     """The summary into GitHub's step summary when running there, and JUnit XML when asked."""
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as fh:
-            fh.write(result.markdown() + "\n")
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        result.junit().write(junit, encoding="utf-8", xml_declaration=True)
+    try:
+        if summary_file:
+            with open(summary_file, "a", encoding="utf-8") as fh:
+                fh.write(result.markdown() + "\n")
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            result.junit().write(junit, encoding="utf-8", xml_declaration=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {exc.filename or junit}: {exc.strerror or exc}") from None

@@ -236,14 +236,16 @@ def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
 @click.option("--max-drop", type=float, default=0.02, show_default=True,
               help="Tolerated drop of a metric, in its own units (0.02 = two points of accuracy).")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="Significance level of the one-sided paired tests.")
+              help="Significance level of the one-sided tests (family-wise over the metrics checked, by Holm).")
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write the result as JUnit XML.")
 @click.option("--export-baseline", type=click.Path(path_type=Path), default=None,
               help="Write CANDIDATE's per-sample outcomes as a baseline file (JSON, small enough to commit).")
+@click.option("--require-non-inferiority", is_flag=True,
+              help="Release gate: pass only when each metric's drop is shown to be within --max-drop.")
 def check_cmd(candidate: Path, baseline: Path | None, max_drop: float, alpha: float,
-              junit: Path | None, export_baseline: Path | None) -> None:
+              junit: Path | None, export_baseline: Path | None, require_non_inferiority: bool) -> None:
     """Regression gate: exit 1 when a metric of CANDIDATE (run folder or suite result) dropped below the
-    baseline by more than --max-drop with p < --alpha; 0 otherwise; 2 on bad input."""
+    baseline by more than --max-drop beyond noise (Holm-adjusted p < --alpha); 0 otherwise; 2 on bad input."""
     from . import check as gate
 
     if baseline is None and export_baseline is None:
@@ -253,7 +255,7 @@ def check_cmd(candidate: Path, baseline: Path | None, max_drop: float, alpha: fl
         click.echo(f"baseline written: {export_baseline}")
     if baseline is None:
         return
-    result = gate.check(candidate, baseline, max_drop, alpha)
+    result = gate.check(candidate, baseline, max_drop, alpha, require_non_inferiority)
     click.echo(result.markdown())
     gate.publish(result, junit)
     if result.failed:

@@ -31,11 +31,8 @@ from scipy import stats as sps
 from .errors import UserError
 from .records import Record, RunFolder, config_hash, open_run, write_json_atomic
 from .report import run_frame
-from .stats import mcnemar_exact
+from .stats import paired_difference
 
-PASS_FAIL = "McNemar"
-CONTINUOUS = "bootstrap"
-RESAMPLES = 10_000
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -48,6 +45,7 @@ class TaskSpec:
     group_by: tuple[str, ...]
     metrics: tuple[str, ...]
     lower_is_better: tuple[str, ...] = ()  # metrics where a drop is an improvement
+    cluster_key: str | None = None  # the axis that groups dependent samples (one source item)
 
 
 def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
@@ -58,7 +56,8 @@ def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
     load_all()
     cls = TASKS.get(task)
     if cls is not None:
-        return TaskSpec(tuple(cls.group_by), tuple(cls.metrics), tuple(getattr(cls, "lower_is_better", ())))
+        return TaskSpec(tuple(cls.group_by), tuple(cls.metrics), tuple(getattr(cls, "lower_is_better", ())),
+                        getattr(cls, "cluster_key", None))
     axes = sorted({k for r in records for k in r.axes})
     metrics = sorted({k for r in records for k, v in r.scores.items() if isinstance(v, (bool, int, float))})
     return TaskSpec(tuple(axes), tuple(metrics))
@@ -127,9 +126,10 @@ def metric_values(frame: pd.DataFrame, metric: str) -> np.ndarray:
                     dtype=float)
 
 
-def paired_values(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str
-                  ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(a, b, pass_fail) over the pairs where both runs have a value.
+def paired_values(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str, cluster_key: str | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, bool, list[Any] | None]:
+    """(a, b, pass_fail, clusters) over the pairs where both runs have a value; `clusters` holds
+    each pair's value of the task's cluster key (None when the task declares none).
 
     A pass/fail sample that failed with an error counts as a fail, never as a
     missing pair: a checkpoint that crashes must not look like one that passes."""
@@ -140,66 +140,24 @@ def paired_values(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str
             if "error" in frame.columns:
                 values[np.isnan(values) & frame["error"].notna().to_numpy()] = 0.0
     keep = ~(np.isnan(a) | np.isnan(b))
-    return a[keep], b[keep], pass_fail
+    clusters = None
+    if cluster_key and cluster_key in frame_a.columns:
+        clusters = [c for c, k in zip(frame_a[cluster_key].tolist(), keep) if k]
+    return a[keep], b[keep], pass_fail, clusters
 
 
 # ---- paired statistics ----------------------------------------------------------------------
 
-def bootstrap_means(diff: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """Means of `resamples` paired resamples of `diff`, drawn a block at a time so
-    that a run of many thousand samples never needs a (resamples x n) matrix."""
-    rng = np.random.default_rng(seed)
-    n = diff.size
-    rows = max(1, 2_000_000 // n)
-    blocks = []
-    for start in range(0, resamples, rows):
-        count = min(rows, resamples - start)
-        blocks.append(diff[rng.integers(0, n, size=(count, n))].mean(axis=1))
-    return np.concatenate(blocks)
-
-
-def _bootstrap_p(means: np.ndarray, observed: float, one_sided: bool) -> float:
-    """p-value of 'mean difference = 0', from the resampled means shifted onto zero.
-    One-sided: evidence that the true difference is above zero."""
-    if observed == 0 or (one_sided and observed < 0):
-        return 1.0
-    shifted = means - observed
-    extreme = shifted >= observed if one_sided else np.abs(shifted) >= abs(observed)
-    return float((extreme.sum() + 1) / (means.size + 1))
-
-
-def paired_test(a: np.ndarray, b: np.ndarray, pass_fail: bool, one_sided: bool = False) -> dict[str, Any]:
-    """Mean difference a - b over paired samples, its 95% interval, and a p-value.
-
-    Two-sided by default; `one_sided` tests whether a is above b (McNemar: more
-    pairs where only a passed; bootstrap: resampled mean difference above zero)."""
-    n = int(a.size)
-    out: dict[str, Any] = {"test": PASS_FAIL if pass_fail else CONTINUOUS, "n": n}
-    if n == 0:
-        return {**out, "mean_a": math.nan, "mean_b": math.nan, "diff": math.nan, "low": math.nan,
-                "high": math.nan, "p_value": math.nan}
-    diff = a - b
-    observed = float(diff.mean())
-    means = bootstrap_means(diff)
-    low, high = np.percentile(means, [2.5, 97.5])
-    out.update(mean_a=float(a.mean()), mean_b=float(b.mean()), diff=observed, low=float(low), high=float(high))
-    if pass_fail:
-        mc = mcnemar_exact(a.astype(bool).tolist(), b.astype(bool).tolist())
-        out.update(a_only=mc["only_a"], b_only=mc["only_b"])
-        discordant = mc["only_a"] + mc["only_b"]
-        if one_sided:
-            p = 1.0 if discordant == 0 else float(sps.binomtest(mc["only_a"], discordant, 0.5,
-                                                               alternative="greater").pvalue)
-        else:
-            p = mc["p_value"]
-    else:
-        p = 1.0 if n < 2 else _bootstrap_p(means, observed, one_sided)
-    out["p_value"] = min(1.0, p)
-    return out
+def paired_test(a: np.ndarray, b: np.ndarray, pass_fail: bool, clusters: Sequence[Any] | None = None
+                ) -> dict[str, Any]:
+    """Mean difference a - b over paired samples, its 95% interval and a two-sided p-value
+    (`stats.paired_difference`: McNemar for independent pass/fail pairs, else a sign-flip
+    permutation test; clusters resampled whole)."""
+    return paired_difference(a, b, pass_fail, clusters)
 
 
 def compare_frames(frame_a: pd.DataFrame, frame_b: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str],
-                   alpha: float = 0.05) -> list[dict[str, Any]]:
+                   alpha: float = 0.05, cluster_key: str | None = None) -> list[dict[str, Any]]:
     """One row per (cell of `keys`, metric) with the paired test of a vs b."""
     keys = [k for k in keys if k in frame_a.columns]
     grouped = frame_a.groupby(keys, sort=True, dropna=False) if keys else [((), frame_a)]
@@ -209,10 +167,11 @@ def compare_frames(frame_a: pd.DataFrame, frame_b: pd.DataFrame, keys: Sequence[
         key = key if isinstance(key, tuple) else (key,)
         part_b = by_id.loc[part_a["id"]].reset_index()
         for metric in metrics:
-            a, b, pass_fail = paired_values(part_a, part_b, metric)
+            a, b, pass_fail, clusters = paired_values(part_a, part_b, metric, cluster_key)
             if a.size == 0 and metric not in frame_a.columns:
                 continue
-            row = {**dict(zip(keys, (_plain(k) for k in key))), "metric": metric, **paired_test(a, b, pass_fail)}
+            row = {**dict(zip(keys, (_plain(k) for k in key))), "metric": metric,
+                   **paired_test(a, b, pass_fail, clusters)}
             row["significant"] = bool(row["p_value"] < alpha)
             rows.append(row)
     return rows
@@ -311,9 +270,10 @@ class Comparison:
         notes = [f"{len(self.frame_a)} paired samples (joined on sample id)"]
         if only_a or only_b:
             notes.append(f"left out, present in one run only: {only_a} of {self.names[0]}, {only_b} of {self.names[1]}")
+        clustered = f", samples resampled by {self.spec.cluster_key}" if self.spec.cluster_key else ""
         notes.append(f"difference = {self.names[0]} minus {self.names[1]}; pass/fail metrics: exact McNemar test, "
-                     f"continuous metrics: paired bootstrap ({RESAMPLES} resamples); two-sided, significant at "
-                     f"p < {self.alpha}, per cell without correction for multiple cells")
+                     f"otherwise a sign-flip permutation test; 95% paired bootstrap intervals{clustered}; "
+                     f"two-sided, significant at p < {self.alpha}, per cell without correction for multiple cells")
         return notes
 
     def markdown(self, cells: bool = True) -> str:
@@ -354,8 +314,9 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
     return Comparison(
         run_a=run_a, run_b=run_b, task=task, names=run_names(frame_a, frame_b, run_a, run_b), spec=spec,
         frame_a=frame_a, frame_b=frame_b, alpha=alpha,
-        overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha),
-        cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha) if spec.group_by else [],
+        overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha, spec.cluster_key),
+        cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha, spec.cluster_key)
+        if spec.group_by else [],
     )
 
 

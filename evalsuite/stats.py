@@ -1,25 +1,39 @@
-"""Intervals and paired tests. Pure functions on plain numbers; no torch."""
+"""Intervals and paired tests, from scipy. Pure functions on plain numbers; no torch.
+
+One implementation of each thing, used by every report, `compare` and `check`:
+
+- `wilson_interval` / `mean_interval`: a rate's 95% interval (Wilson for pass/fail,
+  Student t otherwise);
+- `paired_difference`: the mean difference of paired outcomes a - b with a 95%
+  bootstrap interval and a two-sided p-value (exact McNemar for independent
+  pass/fail pairs, a sign-flip permutation test otherwise), resampling whole
+  clusters when samples share a source item;
+- `drop_bound_test`: the regression gate's one-sided test of "the drop exceeds
+  the tolerance", with a cluster-robust standard error;
+- `holm`: Holm's step-down adjustment for several metrics gated at once;
+- `cochran_q`: "does the order of the demonstrations matter?" on the same
+  questions answered under k orders.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-Z95 = 1.959963984540054
+RESAMPLES = 9_999
+SEED = 0  # every resampling is seeded: the same records give the same report
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (well-behaved at 0 and 1)."""
     if n == 0:
         return (math.nan, math.nan)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    ci = sps.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -32,41 +46,160 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     if np.isin(arr, (0.0, 1.0)).all():
         low, high = wilson_interval(int(arr.sum()), n)
         return (mean, low, high)
-    if n == 1:
-        return (mean, math.nan, math.nan)
-    half = float(sps.t.ppf(0.975, n - 1) * arr.std(ddof=1) / math.sqrt(n))
-    return (mean, mean - half, mean + half)
+    if n == 1 or float(arr.std()) == 0.0:
+        return (mean, mean if n > 1 else math.nan, mean if n > 1 else math.nan)
+    low, high = sps.ttest_1samp(arr, 0.0).confidence_interval(0.95)
+    return (mean, float(low), float(high))
 
 
-def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float]:
-    """Exact (binomial) McNemar test on paired pass/fail outcomes.
-
-    Only discordant pairs carry information: b01 = a failed & b passed,
-    b10 = a passed & b failed. Two-sided p-value of b10 ~ Binomial(b01+b10, 1/2).
-    """
+def mcnemar_exact(a: Sequence[bool], b: Sequence[bool], alternative: str = "two-sided") -> dict[str, float]:
+    """Exact (binomial) McNemar test on paired pass/fail outcomes: only discordant pairs
+    carry information; under the null, 'only a passed' ~ Binomial(discordant, 1/2)."""
     a_arr, b_arr = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     assert a_arr.shape == b_arr.shape, "paired outcomes must align"
     only_a = int((a_arr & ~b_arr).sum())
     only_b = int((~a_arr & b_arr).sum())
     discordant = only_a + only_b
-    p = 1.0 if discordant == 0 else float(sps.binomtest(only_a, discordant, 0.5).pvalue)
+    p = 1.0 if discordant == 0 else float(sps.binomtest(only_a, discordant, 0.5, alternative=alternative).pvalue)
     return {"n": int(a_arr.size), "only_a": only_a, "only_b": only_b, "p_value": min(1.0, p)}
 
 
-def paired_bootstrap(
-    a: Sequence[float], b: Sequence[float], resamples: int = 10000, seed: int = 0
-) -> dict[str, float]:
-    """Mean difference a - b with a 95% percentile interval and a two-sided p-value
-    from resampling the paired differences (seeded, so reports are reproducible)."""
-    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    n = diff.size
+# ---- clusters ---------------------------------------------------------------------------------
+
+def cluster_totals(diff: np.ndarray, clusters: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster: the sum of the differences and the number of samples. Without cluster ids
+    every sample is its own cluster."""
+    if clusters is None:
+        return diff, np.ones_like(diff)
+    _, index = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    sums = np.bincount(index, weights=diff)
+    counts = np.bincount(index).astype(float)
+    return sums, counts
+
+
+def _ratio(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(sums, axis=axis) / np.sum(counts, axis=axis)
+
+
+# ---- comparing two models on the same samples ----------------------------------------------------
+
+def paired_difference(a: np.ndarray, b: np.ndarray, pass_fail: bool, clusters: Sequence[Any] | None = None,
+                      resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, Any]:
+    """Mean of a - b over paired samples, its 95% bootstrap interval (clusters resampled whole),
+    and a two-sided p-value: exact McNemar for independent pass/fail pairs, else a sign-flip
+    permutation test on the cluster totals."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n = int(a.size)
+    out: dict[str, Any] = {"n": n}
     if n == 0:
-        return {"n": 0, "diff": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan}
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
-    observed = float(diff.mean())
-    # p-value: how often the resampled mean, re-centred on zero, is as extreme as observed
-    centred = means - observed
-    p = float((np.abs(centred) >= abs(observed)).mean()) if observed != 0 else 1.0
-    low, high = np.percentile(means, [2.5, 97.5])
-    return {"n": n, "diff": observed, "low": float(low), "high": float(high), "p_value": max(p, 1.0 / resamples)}
+        return {**out, "test": "none", "mean_a": math.nan, "mean_b": math.nan, "diff": math.nan,
+                "low": math.nan, "high": math.nan, "p_value": math.nan}
+    sums, counts = cluster_totals(a - b, clusters)
+    clustered = bool(counts.max() > 1)
+    observed = float(sums.sum() / counts.sum())
+    low, high = _bootstrap_interval(sums, counts, resamples, seed)
+    out.update(mean_a=float(a.mean()), mean_b=float(b.mean()), diff=observed, low=low, high=high,
+               clusters=int(sums.size))
+    if pass_fail and not clustered:
+        test = mcnemar_exact(a.astype(bool), b.astype(bool))
+        out.update(test="McNemar", a_only=test["only_a"], b_only=test["only_b"], p_value=test["p_value"])
+    else:
+        out.update(test="permutation" + (" (clustered)" if clustered else ""),
+                   p_value=_sign_flip_p(sums, resamples, seed))
+    return out
+
+
+def _bootstrap_interval(sums: np.ndarray, counts: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    if sums.size < 2 or np.all(sums / counts == sums[0] / counts[0]):
+        value = float(sums.sum() / counts.sum())
+        return (value, value) if sums.size >= 2 else (math.nan, math.nan)
+    result = sps.bootstrap((sums, counts), _ratio, paired=True, vectorized=True, n_resamples=resamples,
+                           method="percentile", random_state=np.random.default_rng(seed))
+    return (float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
+def _sign_flip_p(sums: np.ndarray, resamples: int, seed: int) -> float:
+    if not np.any(sums):
+        return 1.0
+    result = sps.permutation_test((sums,), lambda x, axis=-1: np.sum(x, axis=axis), permutation_type="samples",
+                                  vectorized=True, n_resamples=resamples, alternative="two-sided",
+                                  random_state=np.random.default_rng(seed))
+    return float(min(1.0, result.pvalue))
+
+
+# ---- the regression gate ------------------------------------------------------------------------
+
+def drop_bound_test(drop: np.ndarray, clusters: Sequence[Any] | None, tolerance: float) -> dict[str, Any]:
+    """The per-sample drop (baseline minus candidate, in the metric's good direction) against
+    the tolerance, with a cluster-robust standard error and Student's t on (clusters - 1)
+    degrees of freedom:
+
+        p_exceeds  = P(a drop this large | true drop = tolerance)   (small: the drop exceeds it)
+        p_within   = P(a drop this small | true drop = tolerance)   (small: it is within it)
+
+    and `se` for the power line (`detectable_drop`)."""
+    sums, counts = cluster_totals(np.asarray(drop, dtype=float), clusters)
+    k = int(sums.size)
+    total = float(counts.sum())
+    mean = float(sums.sum() / total) if total else math.nan
+    if k < 2:
+        return {"drop": mean, "se": math.nan, "df": 0, "p_exceeds": math.nan, "p_within": math.nan, "clusters": k}
+    residual = sums - mean * counts
+    se = math.sqrt(k / (k - 1) * float(np.sum(residual**2))) / total
+    if se == 0.0:  # every cluster moved by exactly the same amount
+        exceeds, within = float(mean > tolerance), float(mean < tolerance)
+        return {"drop": mean, "se": 0.0, "df": k - 1, "p_exceeds": 1.0 - exceeds, "p_within": 1.0 - within,
+                "clusters": k}
+    t = (mean - tolerance) / se
+    return {"drop": mean, "se": se, "df": k - 1, "p_exceeds": float(sps.t.sf(t, k - 1)),
+            "p_within": float(sps.t.cdf(t, k - 1)), "clusters": k}
+
+
+def one_sided_bounds(result: dict[str, Any], alpha: float) -> tuple[float, float]:
+    """(lower, upper) one-sided (1 - alpha) confidence bounds of the drop."""
+    if not result["df"] or math.isnan(result["se"]):
+        return (math.nan, math.nan)
+    q = float(sps.t.ppf(1 - alpha, result["df"]))
+    return (result["drop"] - q * result["se"], result["drop"] + q * result["se"])
+
+
+def detectable_drop(result: dict[str, Any], tolerance: float, alpha: float, power: float = 0.8) -> float:
+    """The true drop that the gate catches with probability `power` at this n and spread."""
+    if not result["df"] or math.isnan(result["se"]):
+        return math.nan
+    df = result["df"]
+    return tolerance + (float(sps.t.ppf(1 - alpha, df)) + float(sps.t.ppf(power, df))) * result["se"]
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and does not count as a test)."""
+    p = np.asarray(p_values, dtype=float)
+    valid = np.flatnonzero(~np.isnan(p))
+    adjusted = np.full(p.shape, np.nan)
+    order = valid[np.argsort(p[valid], kind="stable")]
+    m = order.size
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+# ---- order robustness -------------------------------------------------------------------------
+
+def cochran_q(outcomes: np.ndarray) -> dict[str, float]:
+    """Cochran's Q on a (questions x orders) matrix of 0/1 outcomes: under the null that the
+    order does not matter, Q ~ chi2(orders - 1). Questions answered the same way under every
+    order carry no information and drop out."""
+    x = np.asarray(outcomes, dtype=float)
+    x = x[~np.isnan(x).any(axis=1)]
+    n, k = x.shape if x.ndim == 2 else (0, 0)
+    if n == 0 or k < 2:
+        return {"q": math.nan, "df": max(0, k - 1), "p_value": math.nan}
+    columns, rows = x.sum(axis=0), x.sum(axis=1)
+    total = rows.sum()
+    denominator = k * total - float(np.sum(rows**2))
+    if denominator == 0:
+        return {"q": 0.0, "df": k - 1, "p_value": 1.0}
+    q = (k - 1) * (k * float(np.sum(columns**2)) - total**2) / denominator
+    return {"q": float(q), "df": k - 1, "p_value": float(sps.chi2.sf(q, k - 1))}

@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from evalsuite.backends import load_model
 
-from evalsuite.compare import (PACKAGE_DIR, bootstrap_means, compare, compare_runs, needle_marks, paired_test,
+from evalsuite.compare import (PACKAGE_DIR, compare, compare_runs, needle_marks, paired_test,
                                task_identity)
 from evalsuite.errors import UserError
 from evalsuite.records import Record, RunFolder, config_hash
@@ -146,7 +146,7 @@ def test_continuous_metric_uses_paired_bootstrap(tmp_path):
     run_a = synthetic_run(tmp_path / "a", "A", {"bleu": base.tolist()})
     run_b = synthetic_run(tmp_path / "b", "B", {"bleu": shifted.tolist()})
     row = compare(run_a, run_b).overall[0]
-    assert row["test"] == "bootstrap" and "a_only" not in row
+    assert row["test"] == "permutation" and "a_only" not in row
     assert row["diff"] == pytest.approx(float((base - shifted).mean()))
     assert row["p_value"] < 0.001 and row["low"] > 0.09
     same = compare(run_a, synthetic_run(tmp_path / "c", "C", {"bleu": base.tolist()})).overall[0]
@@ -174,19 +174,19 @@ def test_an_errored_sample_counts_as_a_fail(tmp_path):
     assert (row["n"], row["a_only"], row["mean_b"]) == (3, 1, pytest.approx(2 / 3))
 
 
-def test_bootstrap_blocks_match_mean_and_are_deterministic():
-    diff = np.arange(5000, dtype=float) % 7
-    first, second = bootstrap_means(diff, resamples=1000), bootstrap_means(diff, resamples=1000)
-    assert first.shape == (1000,) and np.array_equal(first, second)
-    assert abs(first.mean() - diff.mean()) < 0.02
-
-
-def test_one_sided_test_only_sees_drops_in_one_direction():
-    a, b = pass_fail_pair(only_a=9, only_b=1, both=10, neither=0)
-    arr_a, arr_b = np.array(a, dtype=float), np.array(b, dtype=float)
-    assert paired_test(arr_a, arr_b, True, one_sided=True)["p_value"] == pytest.approx(
-        sps.binomtest(9, 10, 0.5, alternative="greater").pvalue)
-    assert paired_test(arr_b, arr_a, True, one_sided=True)["p_value"] > 0.99
+def test_the_paired_test_is_deterministic_and_resamples_clusters_whole():
+    rng = np.random.default_rng(5)
+    a, b = rng.random(200), rng.random(200)
+    first, second = paired_test(a, b, False), paired_test(a, b, False)
+    assert first == second
+    clusters = [i // 20 for i in range(200)]  # ten clusters of twenty correlated samples
+    shifted = b.copy()
+    for c in range(10):
+        shifted[c * 20:(c + 1) * 20] += rng.normal(0, 0.3)
+    independent, clustered = paired_test(a, shifted, False), paired_test(a, shifted, False, clusters)
+    assert clustered["diff"] == pytest.approx(independent["diff"])
+    assert clustered["high"] - clustered["low"] > 2 * (independent["high"] - independent["low"])
+    assert clustered["test"] == "permutation (clustered)" and clustered["clusters"] == 10
 
 
 def test_compare_needs_existing_inputs(tmp_path, capsys):

@@ -4,6 +4,7 @@ constrained decoding, the done-when run and each bad input through the CLI."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from pathlib import Path
@@ -228,7 +229,8 @@ def test_summary_mean_spread_and_std_over_permutations(trec_file):
     assert four["mean"] == pytest.approx(7 / 12) and four["spread"] == pytest.approx(0.75)
     assert four["std"] == pytest.approx(pd.Series([1.0, 0.5, 0.25]).std(ddof=1))
     assert (four["best_permutation"], four["worst_permutation"]) == (0, 2)
-    assert four["spread_p_value"] == pytest.approx(0.25)  # McNemar: 3 discordant pairs, all one way
+    # Cochran's Q: column totals 4, 2, 1, row totals 2, 3, 1, 1: Q = 2 (3 * 21 - 49) / (21 - 15) = 14/3
+    assert four["order_p_value"] == pytest.approx(math.exp(-(14 / 3) / 2))  # chi2 with 2 df
     assert four["mean_low"] < four["mean"] < four["mean_high"]
     assert eight["spread"] == 0 and eight["std"] is None and eight["mean"] == 0.75
 

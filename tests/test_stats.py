@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from evalsuite.stats import mcnemar_exact, mean_interval, paired_bootstrap, wilson_interval
+import numpy as np
+
+from evalsuite.stats import cochran_q, holm, mcnemar_exact, mean_interval, paired_difference, wilson_interval
 
 
 @pytest.mark.parametrize("k, n, low, high", [
@@ -45,11 +47,39 @@ def test_mcnemar_exact_p_values(only_a, only_b, p):
     assert result["p_value"] == pytest.approx(p, abs=1e-6)
 
 
-def test_paired_bootstrap_detects_a_shift_and_not_noise():
-    a = [0.5 + 0.01 * (i % 7) for i in range(200)]
-    shifted = paired_bootstrap([x + 0.1 for x in a], a)
-    assert shifted["diff"] == pytest.approx(0.1) and shifted["p_value"] < 0.01
-    assert shifted["low"] == pytest.approx(0.1) and shifted["high"] == pytest.approx(0.1)
-    noise = paired_bootstrap([x + (0.01 if i % 2 else -0.01) for i, x in enumerate(a)], a)
-    assert abs(noise["diff"]) < 1e-9 and noise["p_value"] > 0.5
-    assert paired_bootstrap(a, a, seed=3) == paired_bootstrap(a, a, seed=3)
+def test_paired_difference_detects_a_shift_and_not_noise():
+    a = [0.1 * (i % 10) for i in range(100)]
+    shifted = paired_difference(np.array([x + 0.1 for x in a]), np.array(a), pass_fail=False)
+    assert shifted["diff"] == pytest.approx(0.1) and shifted["p_value"] < 0.001
+    assert shifted["low"] == pytest.approx(0.1) and shifted["high"] == pytest.approx(0.1)  # no spread at all
+    noise = paired_difference(np.array([x + (0.01 if i % 2 else -0.01) for i, x in enumerate(a)]), np.array(a),
+                              pass_fail=False)
+    assert noise["p_value"] > 0.5 and noise["low"] < 0 < noise["high"]
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.03), max(0.06, 1 * 0.04)
+    assert holm([0.04, 0.01, 0.03]) == pytest.approx([0.06, 0.03, 0.06])
+    assert holm([0.9, 0.3]) == pytest.approx([0.9, 0.6]) and holm([0.9, 0.8]) == [1.0, 1.0]
+
+
+def test_cochran_q_by_hand():
+    # 4 questions x 3 orders; column totals 3, 1, 0; row totals 2, 1, 1, 0; N = 4
+    x = np.array([[1, 1, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]])
+    q = (3 - 1) * (3 * (9 + 1 + 0) - 16) / (3 * 4 - (4 + 1 + 1 + 0))
+    got = cochran_q(x)
+    assert got["q"] == pytest.approx(q) and got["df"] == 2
+    assert cochran_q(np.ones((5, 4)))["p_value"] == 1.0  # every question answered alike under every order
+
+
+def test_cochran_q_holds_its_level_when_order_does_not_matter():
+    """A seeded, smaller version of benchmarks/simulate_gate.py's order test."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from simulate_gate import simulate_order_test
+
+    q_rate, mcnemar_rate = simulate_order_test(250, 10, runs=300, seed=4)
+    assert q_rate <= 0.05 + 0.035  # nominal 0.05; 300 runs have a standard error of about 0.013
+    assert mcnemar_rate > 0.3  # the test it replaces: best vs worst picked after the fact

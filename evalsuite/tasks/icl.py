@@ -134,6 +134,7 @@ class Icl:
     name: ClassVar[str] = "icl"
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     group_by: ClassVar[tuple[str, ...]] = ("n_shots", "order", "permutation")
+    cluster_key: ClassVar[str] = "test_index"  # one test question, across shot counts and permutations
     metrics: ClassVar[tuple[str, ...]] = ("correct",)
 
     dataset: str = "trec"  # trec, trec-fine, banking77, clinic150 (ignored when data is set)
@@ -330,7 +331,7 @@ class Icl:
     # ---- summary and plots ---------------------------------------------------------------
 
     def summary(self, frame: Any) -> dict[str, Any]:
-        from ..stats import mcnemar_exact, mean_interval
+        from ..stats import cochran_q, mean_interval
 
         rows = []
         for n, part in frame.groupby("n_shots", sort=True):
@@ -339,15 +340,15 @@ class Icl:
             accuracy = outcomes.mean(axis=0)
             best, worst = int(accuracy.idxmax()), int(accuracy.idxmin())
             mean, low, high = mean_interval(outcomes.mean(axis=1).tolist())
-            paired = outcomes[[best, worst]].dropna().astype(bool)
             rows.append({
                 "n_shots": int(n), "permutations": int(outcomes.shape[1]), "n_test": int(outcomes.shape[0]),
                 "accuracy": [float(a) for a in accuracy], "mean": float(accuracy.mean()),
                 "mean_low": low, "mean_high": high, "spread": float(accuracy.max() - accuracy.min()),
                 "std": float(accuracy.std(ddof=1)) if len(accuracy) > 1 else None,
                 "best_permutation": best, "worst_permutation": worst,
-                "spread_p_value": mcnemar_exact(paired[best].tolist(), paired[worst].tolist())["p_value"]
-                if best != worst else None,
+                # does the order matter? Cochran's Q over the same questions under every order (a test
+                # of best vs worst would pick both after seeing them and not hold its level)
+                "order_p_value": cochran_q(outcomes.to_numpy())["p_value"] if outcomes.shape[1] > 1 else None,
                 "mean_prompt_tokens": float(part["prompt_tokens"].mean()) if "prompt_tokens" in part else None,
             })
         return {"icl": {"dataset": self.dataset if not self.data else f"local:{Path(self.data).name}",

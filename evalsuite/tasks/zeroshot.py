@@ -200,6 +200,7 @@ class ZeroShot:
     name: ClassVar[str] = "zeroshot"
     group_by: ClassVar[tuple[str, ...]] = ("benchmark", "bits")
     metrics: ClassVar[tuple[str, ...]] = ("score", "acc", "acc_norm")
+    cluster_key: ClassVar[str] = "document"  # one document, across attention bit widths
 
     benchmarks: tuple[str, ...] = PAPER_BENCHMARKS
     fewshot: int = 0
@@ -244,7 +245,8 @@ class ZeroShot:
 
     def _sample(self, benchmark: Benchmark, doc_id: int, bits: int | None) -> Sample:
         sweep = "" if bits is None else f"-b{bits}"
-        axes: dict[str, Any] = {"benchmark": benchmark.name, "fewshot": self.fewshot}
+        axes: dict[str, Any] = {"benchmark": benchmark.name, "fewshot": self.fewshot,
+                                "document": f"{benchmark.name}/{doc_id}"}
         if bits is not None:
             axes["bits"] = bits
         target = benchmark.task.doc_to_target(benchmark.docs[doc_id])
