@@ -10,9 +10,9 @@ on the paired per-sample outcomes, overall and per cell of the task's
 - any other metric is continuous: paired bootstrap of the mean difference.
 
 Every difference comes with a 95% paired-bootstrap interval. Tables are
-written as markdown, CSV and LaTeX; needle runs also get the depth x length
-difference heatmap with significant cells marked. `check.py` reuses the
-pairing and the one-sided versions of the same tests.
+written as markdown, CSV and LaTeX; a task adds its own views of the pair
+(`pair_report`: e.g. difference heatmaps with significant cells marked).
+`check.py` reuses the pairing.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from .errors import UserError
 from .records import Record, RunFolder, config_hash, open_run, write_json_atomic
@@ -320,29 +319,19 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
     )
 
 
-def needle_marks(comparison: Comparison, metric: str = "correct_all") -> dict[tuple[int, int], pd.DataFrame]:
-    """Per (N, R) setting, depth x length booleans: is the cell's difference significant?"""
-    rows = [r for r in comparison.cells if r["metric"] == metric]
-    marks = {}
-    for (n, r), part in pd.DataFrame(rows).groupby(["n_needles", "n_queries"]):
-        marks[(int(n), int(r))] = part.pivot(index="depth", columns="context_length", values="significant")
-    return marks
-
-
 def comparison_plots(comparison: Comparison, folder: Path) -> list[Path]:
-    """The needle difference heatmaps with significant cells marked; for other tasks,
-    their own `pair_report` outputs, if any, and the per-cell difference with its
-    interval along the first axis."""
+    """The task's own side-by-side outputs (`pair_report`), when it has them, and for any task
+    the per-cell difference with its interval along the first axis."""
     from . import plots
-    from .registry import TASKS
+    from .contracts import PairReported
+    from .report import task_for_run
 
     folder.mkdir(parents=True, exist_ok=True)
-    if comparison.task == "needle":
-        return plots.needle_pair_heatmaps(comparison.frame_a, comparison.frame_b, folder, comparison.names,
-                                          marks=needle_marks(comparison), alpha=comparison.alpha)
-    # a task's own side-by-side outputs (zeroshot: both models in one table and one bits plot)
-    pair_report = getattr(TASKS.get(comparison.task), "pair_report", None)
-    extra = pair_report(comparison.frame_a, comparison.frame_b, folder, comparison.names) if pair_report else []
+    try:
+        task = task_for_run(comparison.run_a)
+    except UserError:  # the task's module is not installed here: the generic plots only
+        task = None
+    extra = task.pair_report(comparison, folder) if isinstance(task, PairReported) else []
     if not comparison.keys:
         return extra
     return extra + plots.paired_difference_plots(pd.DataFrame(comparison.cells), comparison.keys, folder,

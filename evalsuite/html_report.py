@@ -1,10 +1,10 @@
 """One self-contained HTML page for a set of finished runs.
 
 For every run: its configuration and fingerprints, the task's table (rate,
-95% interval, n per cell), the task's plots, and the worst samples (for
-needle: the needle sentence marked, its depth and position, expected vs
-produced output, and the prompt with the needles marked when the run logged
-prompts). Runs of the same task configuration are also compared pairwise.
+95% interval, n per cell), the task's plots, and the worst samples (the
+task's own `html_samples` view when it has one, else a generic table of the
+lowest-scoring records). Runs of the same task configuration are also
+compared pairwise.
 Images are embedded as base64 PNG, so the page is one file that opens
 anywhere; plots are drawn into a temporary folder, never into the run folders.
 """
@@ -23,13 +23,12 @@ import pandas as pd
 
 from . import __version__
 from .compare import compare, comparison_plots, display_rows, identity_difference, task_identity, task_spec
+from .contracts import HtmlSamples, Plotted
 from .errors import UserError
 from .records import Record, RunFolder, open_run
-from .report import format_rate, run_frame, summarize
+from .report import format_rate, run_frame, summarize, task_for_run
 
 WORST = 10  # samples shown per run
-PROMPT_LIMIT = 12_000  # characters of a logged prompt shown whole; longer ones as excerpts
-WINDOW = 400  # characters of context either side of a needle in an excerpt
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -66,61 +65,14 @@ def image(path: Path) -> str:
     return f'<img class="plot" alt="{esc(path.name)}" src="data:image/png;base64,{data}">'
 
 
-# ---- needles marked in text -----------------------------------------------------------------
-
-def mark(text: str, needles: Sequence[str]) -> str:
-    """`text` as HTML with every occurrence of each needle inside <mark>."""
-    spans = sorted((start, start + len(n)) for n in set(needles) if n
-                   for start in _occurrences(text, n))
-    out, at = [], 0
-    for start, end in spans:
-        if start < at:
-            continue
-        out += [esc(text[at:start]), f"<mark>{esc(text[start:end])}</mark>"]
-        at = end
-    out.append(esc(text[at:]))
-    return "".join(out)
-
-
-def _occurrences(text: str, needle: str) -> list[int]:
-    found, start = [], text.find(needle)
-    while start >= 0:
-        found.append(start)
-        start = text.find(needle, start + len(needle))
-    return found
-
-
-def marked_prompt(text: str, needles: Sequence[str]) -> str:
-    """The whole prompt with needles marked, or for a long one excerpts around each
-    needle and the end of the prompt (the question), so a 64K run stays readable."""
-    if len(text) <= PROMPT_LIMIT:
-        return mark(text, needles)
-    windows = [(max(0, s - WINDOW), s + len(n) + WINDOW) for n in needles for s in _occurrences(text, n)]
-    windows.append((max(0, len(text) - 3 * WINDOW // 2), len(text)))
-    merged: list[list[int]] = []
-    for start, end in sorted(windows):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    parts = [mark(text[s:e], needles) for s, e in merged]
-    lead = "[…] " if merged[0][0] > 0 else ""
-    return lead + " <b>[…]</b> ".join(parts)
-
-
 # ---- sections ---------------------------------------------------------------------------------
 
-def _task_object(config: Mapping[str, Any]) -> Any | None:
-    """The registered task a run was made with, or None when its module is not installed."""
-    from .params import build_params
-    from .registry import TASKS, load_all
-
-    load_all()
-    cls = TASKS.get(config["task"])
-    if cls is None:
+def _task_object(run: RunFolder) -> Any | None:
+    """The registered task a run was made with, or None when its module is not installed here."""
+    try:
+        return task_for_run(run)
+    except UserError:
         return None
-    raw = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config["params"].items()}
-    return build_params(cls, raw)
 
 
 def config_section(config: Mapping[str, Any]) -> str:
@@ -146,7 +98,7 @@ def results_section(frame: pd.DataFrame, group_by: Sequence[str], metrics: Seque
     return "<h3>Results</h3>" + table(header, rows)
 
 
-def _lowest(records: Sequence[Record], metrics: Sequence[str]) -> list[Record]:
+def lowest(records: Sequence[Record], metrics: Sequence[str]) -> list[Record]:
     """The lowest-scoring records (a missing score or an error counts as lowest), ties in id order."""
     def key(record: Record) -> tuple:
         values = [record.scores.get(m) for m in metrics]
@@ -156,40 +108,8 @@ def _lowest(records: Sequence[Record], metrics: Sequence[str]) -> list[Record]:
     return sorted(records, key=key)[:WORST]
 
 
-def needle_samples(records: Sequence[Record], task: Any | None) -> str:
-    from .tasks.needle import NEEDLE
-
-    failed = [r for r in records if r.error or not r.scores.get("correct_mean", 0) >= 1]
-    worst = _lowest(failed, ("correct_all", "correct_mean"))
-    if not worst:
-        return "<h3>Worst samples</h3><p class='ok'>Every sample was answered correctly.</p>"
-    planned = {s.id: s for s in task.plan()} if task is not None else {}
-    parts = [f"<h3>Worst samples</h3><p>The {len(worst)} lowest-scoring samples; needle sentences are "
-             "rebuilt from the sample plan (seeded), the queried ones first.</p>"]
-    for record in worst:
-        sample = planned.get(record.id)
-        needles = [NEEDLE.format(city=c, number=x) for c, x in zip(sample.data["cities"], sample.data["numbers"])] \
-            if sample else []
-        axes, info = record.axes, record.info
-        facts = {"context length (requested)": axes.get("context_length"), "prompt tokens": info.get("prompt_tokens"),
-                 "depth (requested)": axes.get("depth"), "depth (measured)": info.get("measured_depth"),
-                 "answer needle at token": info.get("answer_token"),
-                 "needles N / queries R": f"{axes.get('n_needles')} / {axes.get('n_queries')}",
-                 "expected": ", ".join(record.target), "produced": " | ".join(map(str, record.outputs)),
-                 "scores": json.dumps(dict(record.scores)), "error": record.error or ""}
-        queried = needles[: int(axes.get("n_queries", 1))]
-        needle_html = "<br>".join(f"<mark>{esc(n)}</mark>" + (" (queried)" if n in queried else "")
-                                  for n in needles) or "<i>not in this installation's plan</i>"
-        parts.append(f"<h4>{esc(record.id)}</h4>" + key_values(facts) + f"<p>Needles: {needle_html}</p>")
-        texts = record.prompt.get("text") if isinstance(record.prompt, Mapping) else None
-        if texts:
-            parts.append("<details><summary>prompt with the needles marked</summary><pre>"
-                         + marked_prompt(str(texts[0]), needles) + "</pre></details>")
-    return "\n".join(parts)
-
-
 def generic_samples(records: Sequence[Record], metrics: Sequence[str]) -> str:
-    worst = _lowest(records, metrics)
+    worst = lowest(records, metrics)
     if not worst:
         return ""
     rows = [[r.id, json.dumps(dict(r.axes)), " | ".join(r.target)[:300], " | ".join(map(str, r.outputs))[:300],
@@ -205,14 +125,14 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
     records = run.read_records()
     frame = run_frame(run)
     spec = task_spec(config["task"], records)
-    task = _task_object(config)
+    task = _task_object(run)
     model = config.get("model", {}).get("name", "?")
-    if task is not None and hasattr(task, "plots"):
+    if isinstance(task, Plotted):
         (plot_dir / run.path.name).mkdir(parents=True, exist_ok=True)  # the Plotted contract: the folder exists
         plots = task.plots(frame, plot_dir / run.path.name, str(model))
-    else:  # the task's module is not installed here: show the plots the run wrote
+    else:  # no plots of its own, or its module is not installed here: the plots the run wrote
         plots = sorted(run.plots.glob("*.png"))
-    samples = needle_samples(records, task) if config["task"] == "needle" else generic_samples(records, spec.metrics)
+    samples = task.html_samples(records) if isinstance(task, HtmlSamples) else generic_samples(records, spec.metrics)
     return "\n".join([
         f'<section id="{esc(run.path.name)}"><h2>{esc(run.path.name)}</h2>',
         f"<p>task <b>{esc(config['task'])}</b>, model <b>{esc(model)}</b>, {len(frame)} samples, "

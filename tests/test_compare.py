@@ -13,12 +13,11 @@ from conftest import invoke
 from scipy import stats as sps
 
 from evalsuite.backends import load_model
-
-from evalsuite.compare import (PACKAGE_DIR, compare, compare_runs, needle_marks, paired_test,
-                               task_identity)
+from evalsuite.compare import PACKAGE_DIR, compare, compare_runs, paired_test, task_identity
 from evalsuite.errors import UserError
 from evalsuite.records import Record, RunFolder, config_hash
 from evalsuite.runner import RunOptions, make_task, run_task
+from evalsuite.tasks.needle_report import significance_marks
 
 NEEDLE_PARAMS = {"lengths": "1024,2048", "depths": "0,1", "samples": "6"}
 
@@ -84,7 +83,7 @@ def test_needle_oracle_vs_wrong_writes_tables_and_marked_heatmap(tmp_path, capsy
 def test_needle_marks_follow_significance(tmp_path):
     run_a = needle_run(tmp_path, "fake:oracle", {"lengths": "1024", "depths": "0,1", "samples": "2"})
     run_b = needle_run(tmp_path, "fake:wrong", {"lengths": "1024", "depths": "0,1", "samples": "2"})
-    marks = needle_marks(compare(run_a, run_b))
+    marks = significance_marks(compare(run_a, run_b).cells)
     # 2 of 2 discordant: p = 0.5, not significant
     assert list(marks) == [(1, 1)]
     assert not marks[(1, 1)].to_numpy().any()

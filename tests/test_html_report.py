@@ -12,10 +12,11 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
-
-from evalsuite.html_report import PROMPT_LIMIT, mark, marked_prompt, write_html_report
 from conftest import invoke
 from test_compare import needle_run, synthetic_run
+
+from evalsuite.html_report import write_html_report
+from evalsuite.tasks.needle_report import PROMPT_LIMIT, mark, marked_prompt
 
 PARAMS = {"lengths": "1024,2048", "depths": "0,0.5,1", "samples": "2"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -69,7 +70,8 @@ def test_page_is_self_contained_with_decodable_images(report):
         png = base64.b64decode(source.split(",", 1)[1])
         assert mpimg.imread(io.BytesIO(png), format="png").shape[0] > 100
     alts = re.findall(r'alt="([^"]*)"', page)
-    assert alts == ["heatmap.png", "heatmap.png", "heatmap_pair.png", "heatmap_diff.png"]
+    assert alts == ["heatmap.png", "heatmap.png", "heatmap_pair.png", "heatmap_diff.png",
+                    "difference_correct_all.png", "difference_correct_mean.png"]
 
 
 def test_page_holds_configs_tables_and_worst_needle_samples(report):

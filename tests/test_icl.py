@@ -11,15 +11,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import invoke, run_cli
 
 from evalsuite.backends.fake import FakeModel
 from evalsuite.errors import UserError
+from evalsuite.icl_data import Example, trec_readable
 from evalsuite.runner import make_task
 from evalsuite.tasks.icl import (
-    arrange, balanced_pool, question, resolve_answer, shortest_unique_prefixes,
+    arrange,
+    balanced_pool,
+    question,
+    resolve_answer,
+    shortest_unique_prefixes,
 )
-from evalsuite.icl_data import Example, trec_readable
-from conftest import invoke, run_cli
 
 CLASSES = ("location", "human", "number", "entity", "description", "abbreviation")
 TEMPLATES = {
@@ -309,7 +313,7 @@ def test_two_models_shots_sweep_with_permutations_writes_records_summary_and_plo
 
 
 def test_icl_plots_draw_one_line_per_model(tmp_path):
-    from evalsuite.plots import icl_accuracy_vs_shots, icl_curves
+    from evalsuite.tasks.icl_plots import icl_accuracy_vs_shots, icl_curves
 
     rows = [{"model": m, "n_shots": n, "permutation": p, "test_index": t,
              "correct": (t * (p + 1) + n + (m == "b")) % 3 == 0}

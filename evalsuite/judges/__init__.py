@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -357,19 +357,17 @@ class Icl:
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
         return draw_plots(frame, Path(folder), title)
 
-    @staticmethod
-    def pair_report(frame_a: Any, frame_b: Any, folder: Path, names: tuple[str, str]) -> list[Path]:
-        """In a comparison of two runs: both models in one accuracy-vs-shots plot (a line
-        each) and one permutation-spread plot."""
+    def pair_report(self, comparison: Any, folder: Path) -> list[Path]:
+        """Both models in one accuracy-vs-shots plot (a line each) and one permutation-spread plot."""
         import pandas as pd
 
-        both = pd.concat([frame_a.assign(model=names[0]), frame_b.assign(model=names[1])], ignore_index=True)
+        names = comparison.names
+        both = pd.concat([comparison.frame_a.assign(model=names[0]), comparison.frame_b.assign(model=names[1])],
+                         ignore_index=True)
         return draw_plots(both, Path(folder), " vs ".join(names))
 
 
 def draw_plots(frame: Any, folder: Path, title: str) -> list[Path]:
-    """Accuracy vs shots and the permutation spread, one line / box per model in `frame`."""
-    from ..plots import icl_accuracy_vs_shots, icl_permutation_spread
+    from .icl_plots import draw_plots as draw
 
-    return [icl_accuracy_vs_shots(frame, folder / "accuracy_vs_shots.png", title),
-            icl_permutation_spread(frame, folder / "permutation_spread.png", title)]
+    return draw(frame, folder, title)

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
-from collections.abc import Iterator
 
 from ..adapter import GenerationRequest, ModelAdapter
 from ..errors import UserError
@@ -215,9 +215,21 @@ class Needle:
         hits = [number in found for number in sample.target]
         return {"correct_all": all(hits), "correct_mean": sum(hits) / len(hits), "hits": hits}
 
-    # ---- plots ---------------------------------------------------------------------------
+    # ---- presentation (drawn in needle_report.py) -----------------------------------------
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
-        from ..plots import needle_heatmaps
+        from .needle_report import needle_heatmaps
 
         return needle_heatmaps(frame, folder, title)
+
+    def pair_report(self, comparison: Any, folder: Path) -> list[Path]:
+        """Both models' heatmaps side by side and their difference, significant cells marked."""
+        from .needle_report import needle_pair_heatmaps, significance_marks
+
+        return needle_pair_heatmaps(comparison.frame_a, comparison.frame_b, folder, comparison.names,
+                                    marks=significance_marks(comparison.cells), alpha=comparison.alpha)
+
+    def html_samples(self, records: Sequence[Any]) -> str:
+        from .needle_report import html_samples
+
+        return html_samples(records, list(self.plan()))

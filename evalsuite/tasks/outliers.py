@@ -322,7 +322,7 @@ class Outliers:
         return markdown_table(outlier_table(run), run.read_records()[0].model)
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
-        from ..plots import outlier_layers
+        from .outliers_plots import outlier_layers
 
         table = outlier_table(RunFolder(Path(frame.attrs["run_path"])))
         return [outlier_layers(table["per_layer"], Path(folder) / "outliers_per_layer.png", title)]

@@ -316,21 +316,21 @@ class ZeroShot:
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
         if "bits" not in frame.columns:
             return []
-        from ..plots import accuracy_vs_bits
+        from .zeroshot_plots import accuracy_vs_bits
 
         return [accuracy_vs_bits(aggregate_rows(frame), Path(folder) / "accuracy_vs_bits.png", title)]
 
-    @staticmethod
-    def pair_report(frame_a: Any, frame_b: Any, folder: Path, names: tuple[str, str]) -> list[Path]:
+    def pair_report(self, comparison: Any, folder: Path) -> list[Path]:
         """Both models in one table and, for a bits sweep, one line per model in one plot."""
         import pandas as pd
 
+        frame_a, frame_b, names = comparison.frame_a, comparison.frame_b, comparison.names
         rows = aggregate_rows(pd.concat([frame_a, frame_b], ignore_index=True))
         table = Path(folder) / "zeroshot_table.md"
         table.write_text(paper_table(rows) + "\n", encoding="utf-8")
         written = [table]
         if "bits" in frame_a.columns:
-            from ..plots import accuracy_vs_bits
+            from .zeroshot_plots import accuracy_vs_bits
 
             written.append(accuracy_vs_bits(rows, Path(folder) / "accuracy_vs_bits.png", " vs ".join(names)))
         return written
