@@ -101,10 +101,13 @@ ActivationObserver = Callable[[str, int, Any, Any], None]
 class ActivationProbe(Protocol):
     """ACTIVATION_PROBE: token windows through the model, every layer's activations observed."""
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, first: bool = True) -> list[int]:
+        """Token ids of `text`; with `first`, the special tokens a prompt starts with (BOS)."""
+        ...
 
-    def probe_activations(self, windows: Sequence[Sequence[int]], observe: ActivationObserver,
-                          windows_per_pass: int) -> None: ...
+    def probe_activations(self, windows: Sequence[Sequence[int]], observe: ActivationObserver) -> None:
+        """Each window through the model; `observe` sees every layer's activations once per pass."""
+        ...
 
 
 class ProbeRequest(Protocol):

@@ -20,7 +20,8 @@ from .params import split_pairs
 
 OPTION_HELP = {
     "model": "Model to evaluate: a built-in name (toy-diff, toy-base, smollm2), a HF folder or hub id, "
-             "gguf:PATH, or fake[:oracle|wrong|echo]. Give twice to compare two models on identical samples.",
+             "gguf:PATH, NAME:... for any registered backend, or fake[:target|oracle|wrong|echo]. Give twice to "
+             "compare two models on identical samples.",
     "task": "Task to run (see `evalsuite list`).",
     "T": "Task parameter key=value, repeatable (e.g. -T lengths=1024,2048 -T preset=paper-4k).",
     "M": "Model/backend option key=value, repeatable (e.g. -M dtype=bfloat16 -M chat_template=true).",

@@ -279,6 +279,11 @@ def _verify_routing(model: Any) -> None:
     model._evalsuite_routing_verified = True
 
 
+def active_hook(model: Any) -> Hook | None:
+    """The quantization and observer a model runs with now, or None when it runs as loaded."""
+    return getattr(model, _HOOK, None)
+
+
 def current(model: Any) -> AttnQuant:
     """The quantization a model runs with now (16 bits when never enabled)."""
     hook = getattr(model, _HOOK, None)

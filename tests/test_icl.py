@@ -262,7 +262,7 @@ def test_constrained_generation_always_returns_a_choice(tiny_models, kind):
 def test_choice_trie_walks_only_allowed_tokens():
     import torch
 
-    from evalsuite.backends.hf import END, ChoiceTrie
+    from evalsuite.backends.hf.choices import END, ChoiceTrie
 
     trie = ChoiceTrie([" a", " ab", " b"], encode=lambda text: [ord(c) for c in text])
     logits = torch.zeros(256)

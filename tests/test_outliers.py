@@ -12,7 +12,7 @@ from evalsuite.backends.hf import HFModel
 from evalsuite.errors import UserError
 from evalsuite.runner import RunOptions, run_task
 from evalsuite.tasks.outliers import (
-    KEEP, MEDIAN_RELATIVE_ERROR, TOP_RANKS, Outliers, Sketch, decoder_layers, merge, statistics,
+    KEEP, MEDIAN_RELATIVE_ERROR, TOP_RANKS, Outliers, Sketch, merge, statistics,
 )
 
 
@@ -81,6 +81,8 @@ def brute_force_scan(model: HFModel, task: Outliers) -> Capture:
 
     capture = Capture()
     AttentionInterface.register("test_capture", capture.attention)
+    from evalsuite.backends.hf.capabilities import decoder_layers
+
     layers = decoder_layers(model.model)
     hooks = [layer.register_forward_hook(
         lambda module, args, out, i=i: capture.hidden.setdefault(i, []).append(out.abs().flatten()))
@@ -127,10 +129,11 @@ def test_scan_matches_brute_force(tiny_models, kind, tmp_path):
 
 def test_bad_input_is_a_clear_error(tiny_models, tmp_path):
     from evalsuite.backends.fake import FakeModel
-    from evalsuite.runner import make_task
+    from evalsuite.runner import check_task, make_task
 
-    with pytest.raises(UserError, match="transformers model"):
-        Outliers().check(FakeModel.from_options("oracle", {}))
+    # a backend without the activation probe is refused before anything runs, with both names
+    with pytest.raises(UserError, match="task outliers needs activation_probe, which model fake-oracle"):
+        check_task(Outliers(), FakeModel.from_options("oracle", {}))
     model = HFModel.load(str(tiny_models["base"]), {}, device="cpu")
     with pytest.raises(UserError, match="exceeds"):
         Outliers(window=100_000).check(model)

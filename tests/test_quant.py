@@ -212,7 +212,7 @@ def test_bad_bit_widths_are_clear_errors(text):
 
 
 def test_bad_backend_options_are_user_errors():
-    from evalsuite.backends.hf import HFOptions
+    from evalsuite.backends.hf.loading import HFOptions
     from evalsuite.params import build_params
 
     bad = {"attn_quant": ("absmax:1", "between 2 and 16"), "attn_quant_granularity": ("col", "granularity"),

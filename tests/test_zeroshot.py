@@ -176,8 +176,11 @@ def test_bad_input_is_a_clear_error(data_dir, tmp_path):
                          ({"benchmarks": ""}, "at least one")):
         with pytest.raises(UserError, match=message):
             make_task("zeroshot", raw)
-    with pytest.raises(UserError, match="transformers model"):
-        ZeroShot(bits=(16, 4)).check(FakeModel.from_options("oracle", {}))
+    from evalsuite.runner import check_task
+
+    with pytest.raises(UserError, match="task zeroshot needs attention_quantization, which model fake-oracle"):
+        check_task(ZeroShot(bits=(16, 4)), FakeModel.from_options("oracle", {}))
+    check_task(ZeroShot(), FakeModel.from_options("oracle", {}))  # no sweep: any backend will do
 
 
 def test_bits_sweep_and_load_time_quantization_do_not_mix(tiny_models):

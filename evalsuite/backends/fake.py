@@ -3,7 +3,9 @@
 It lets tests drive the whole pipeline (runner, resume, reports) quickly and
 with known answers. Behaviours, chosen as `fake:<behaviour>`:
 
-    oracle    answers needle questions by reading the prompt (always right)
+    target    answers every request with its sample's target (the runner passes it along):
+              any task, built-in or plugin, can be shown end to end before a real model
+    oracle    answers needle questions by reading the prompt (a needle test fixture)
     wrong     answers with a number that is never a needle's
     echo      repeats the last line of the prompt
 
@@ -23,7 +25,7 @@ from ..adapter import GenerationRequest, Loglikelihood, LoglikelihoodRequest
 from ..errors import UserError, unknown
 from ..params import build_params
 
-BEHAVIOURS = ("oracle", "wrong", "echo")
+BEHAVIOURS = ("target", "oracle", "wrong", "echo")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class FakeModel:
     def _answer(self, request: GenerationRequest) -> str:
         time.sleep(self.options.delay)
         text = request.prefix + request.prompt
+        if self.behaviour == "target":
+            return self._target_answer(request)
         if request.choices:
             return request.choices[int(hashlib.sha256(text.encode()).hexdigest(), 16) % len(request.choices)]
         if self.behaviour == "echo":
@@ -83,9 +87,19 @@ class FakeModel:
         parts += [f"The magic number of {c} is {numbers.get(c, '0')}" for c in cities[1:]]
         return " " + ". ".join(parts) + "."
 
+    @staticmethod
+    def _target_answer(request: GenerationRequest) -> str:
+        if request.choices:  # the choice that spells the target (choices may be shortened labels)
+            matching = [c for c in request.choices if any(t.strip().startswith(c.strip()) for t in request.target)]
+            return max(matching, key=len) if matching else request.choices[0]
+        return " " + " ".join(request.target)
+
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
         if any(not r.continuation for r in requests):
             raise UserError("empty continuation")
+        if self.behaviour == "target":  # the continuation that is a target is the likeliest, and greedy
+            return [Loglikelihood(logprob=-0.1 if _is_target(r) else -5.0, is_greedy=_is_target(r),
+                                  tokens=len(r.continuation.encode())) for r in requests]
         # deterministic pseudo log-probabilities: enough to exercise the plumbing
         out = []
         for r in requests:
@@ -93,6 +107,10 @@ class FakeModel:
             out.append(Loglikelihood(logprob=-1.0 - digest[0] / 32.0, is_greedy=digest[1] % 2 == 0,
                                      tokens=len(r.continuation.encode())))
         return out
+
+
+def _is_target(request: LoglikelihoodRequest) -> bool:
+    return request.continuation.strip() in {t.strip() for t in request.target}
 
 
 def load(rest: str, options: Mapping[str, str], *, device: str = "cpu", batch_size: int = 8,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..adapter import ModelAdapter
+from ..adapter import ACTIVATION_PROBE, ModelAdapter
 from ..errors import UserError
 from ..haystack import TextHaystack, builtin_sentences, load_haystack
 from ..records import RunFolder, Sample
@@ -138,85 +138,23 @@ def statistics(sketch: dict[str, Any]) -> dict[str, Any]:
 # ---- reading the model ------------------------------------------------------------------------
 
 
-class _LogitObserver:
-    """Feeds each layer's pre-softmax logits (unmasked entries) to that layer's sketch, once
-    per layer and forward pass: DiffLlama calls attention twice with the same Q and K."""
-
-    def __init__(self, sketches: dict[str, Sketch]):
-        self.sketches = sketches
-        self.seen: set[int] = set()
-        self.active: Sketch | None = None
-
-    def new_forward(self) -> None:
-        self.seen = set()
-
-    def call(self, module: Any) -> None:
-        layer = getattr(module, "layer_idx", None)
-        if layer is None:
-            raise UserError(f"{type(module).__name__} has no layer_idx; cannot attribute its attention logits")
-        first = layer not in self.seen
-        self.seen.add(layer)
-        self.active = self.sketches.setdefault(f"attn/{layer}", Sketch()) if first else None
-
-    def chunk(self, logits: Any, valid: Any) -> None:
-        if self.active is not None:
-            self.active.add(logits.abs()[valid.expand_as(logits)])
-
-
-def decoder_layers(model: Any) -> Any:
-    """The model's stack of decoder layers (the ModuleList as long as num_hidden_layers)."""
-    import torch
-
-    layers = model.config.get_text_config().num_hidden_layers
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == layers:
-            return module
-    raise UserError(f"cannot find the {layers} decoder layers of {type(model).__name__}")
-
-
 @dataclass(frozen=True)
 class ActivationScan:
     """A probe request: run `windows` (token ids) through the model, return the sketches."""
 
+    capability: ClassVar[str] = ACTIVATION_PROBE
     windows: tuple[tuple[int, ...], ...]
-    windows_per_pass: int
 
-    def measure(self, adapter: Any) -> dict[str, Any]:
-        import torch
-
-        from .. import quant
-
-        model = adapter.model
+    def measure(self, model: Any) -> dict[str, Any]:
         sketches: dict[str, Sketch] = {}
-        observer = _LogitObserver(sketches)
 
-        def keep_hidden(layer: int) -> Any:
-            def hook(module: Any, args: Any, output: Any) -> None:
-                hidden = output[0] if isinstance(output, tuple) else output
-                sketches.setdefault(f"hidden/{layer}", Sketch()).add(hidden.abs())
-            return hook
+        def observe(kind: str, layer: int, values: Any, valid: Any) -> None:
+            name = f"{'attn' if kind == 'attention_logits' else 'hidden'}/{layer}"
+            magnitudes = values.abs() if valid is None else values.abs()[valid.expand_as(values)]
+            sketches.setdefault(name, Sketch()).add(magnitudes)
 
-        layers = decoder_layers(model)
-        with quant.using(model, quant.current(model), observer), torch.inference_mode():
-            handles = [layer.register_forward_hook(keep_hidden(i)) for i, layer in enumerate(layers)]
-            try:  # hooks only now: `using` may run a probe forward first, which is not data
-                for batch in self._batches():
-                    observer.new_forward()
-                    ids = torch.tensor(batch, dtype=torch.long, device=adapter.device)
-                    model(input_ids=ids, use_cache=False, logits_to_keep=1)
-            finally:
-                for handle in handles:
-                    handle.remove()
+        model.probe_activations(self.windows, observe)
         return {"series": {name: sketches[name].to_json() for name in sorted(sketches, key=_series_order)}}
-
-    def _batches(self) -> Iterator[list[tuple[int, ...]]]:
-        """Windows of equal length together (no padding, so no masked positions to skip)."""
-        by_length: dict[int, list[tuple[int, ...]]] = {}
-        for window in self.windows:
-            by_length.setdefault(len(window), []).append(window)
-        for _, group in sorted(by_length.items(), reverse=True):
-            for start in range(0, len(group), self.windows_per_pass):
-                yield group[start : start + self.windows_per_pass]
 
 
 def _series_order(name: str) -> tuple[str, int]:
@@ -258,9 +196,10 @@ class Outliers:
                               axes={"shard": index}, data={"tokens": count}))
         return out
 
+    def required_capabilities(self) -> tuple[str, ...]:
+        return (ACTIVATION_PROBE,)
+
     def check(self, model: ModelAdapter) -> None:
-        if not hasattr(getattr(model, "model", None), "set_attn_implementation"):
-            raise UserError(f"the outliers task reads activations of a transformers model; {model.name} is not one")
         if self.window > model.max_context:
             raise UserError(f"-T window={self.window} exceeds {model.name}'s maximum context of {model.max_context}")
         self._text()
@@ -275,8 +214,7 @@ class Outliers:
     def windows(self, sample: Sample, model: Any) -> list[tuple[int, ...]]:
         """The shard's token windows: BOS (when the tokenizer has one) + text tokens, exactly
         `tokens` tokens in all (a last window may be shorter), one seeded text read on."""
-        bos = getattr(model.tokenizer, "bos_token_id", None)
-        head = [bos] if bos is not None else []
+        head = model.encode("")  # the special tokens a prompt starts with (BOS), if any
         text = self._text_tokens(sample, model)
         windows, left = [], sample.data["tokens"]
         try:
@@ -297,11 +235,9 @@ class Outliers:
 
     def requests(self, sample: Sample, model: ModelAdapter) -> tuple[list[ActivationScan], dict[str, Any]]:
         windows = self.windows(sample, model)
-        per_pass = max(1, min(getattr(model, "batch_size", 1),
-                              getattr(getattr(model, "options", None), "max_batch_tokens", 32768) // self.window))
         digest = hashlib.sha256(repr(windows).encode()).hexdigest()
         info = {"tokens": sum(map(len, windows)), "windows": len(windows), "tokens_sha256": digest}
-        return [ActivationScan(tuple(windows), per_pass)], info
+        return [ActivationScan(tuple(windows))], info
 
     def score(self, sample: Sample, outputs: list[dict[str, Any]]) -> dict[str, Any]:
         """This shard's overall top-1 and median per kind (the run's table merges all shards)."""

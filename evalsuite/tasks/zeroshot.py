@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..adapter import LoglikelihoodRequest, ModelAdapter
+from ..adapter import ATTENTION_QUANTIZATION, LoglikelihoodRequest, ModelAdapter
 from ..errors import UserError, unknown
 from ..quant import FULL_BITS, check_bits
 from ..records import Sample
@@ -255,25 +255,22 @@ class ZeroShot:
 
     # ---- the bit-width sweep -------------------------------------------------------------
 
+    def required_capabilities(self) -> tuple[str, ...]:
+        sweeping = bool(self.bits) and self.bits != (FULL_BITS,)
+        return (ATTENTION_QUANTIZATION,) if sweeping else ()
+
     def check(self, model: ModelAdapter) -> None:
-        if not self.bits or self.bits == (FULL_BITS,):
-            return
-        transformer = getattr(model, "model", None)
-        if transformer is None or not hasattr(transformer, "set_attn_implementation"):
-            raise UserError(f"-T bits needs a transformers model to quantize attention logits; {model.name} is not one")
-        if getattr(getattr(model, "options", None), "attn_quant", "none") != "none":
+        loaded = (model.fingerprint().get("quantization") or {}).get("attn_logits")
+        if self.required_capabilities() and loaded:
             raise UserError("-T bits sweeps the attention quantization itself; drop -M attn_quant")
 
     def model_setting(self, sample: Sample) -> int | None:
         return sample.axes.get("bits")
 
-    def apply_model_setting(self, model: ModelAdapter, bits: int | None) -> contextlib.AbstractContextManager:
+    def apply_model_setting(self, model: Any, bits: Any) -> contextlib.AbstractContextManager[Any]:
         if bits is None or bits == FULL_BITS:
             return contextlib.nullcontext()
-        from ..quant import AttnQuant, using
-
-        granularity = getattr(getattr(model, "options", None), "attn_quant_granularity", "tensor")
-        return using(model.model, AttnQuant(bits, granularity))  # type: ignore[attr-defined]
+        return model.quantized_attention(bits)  # the adapter's ATTENTION_QUANTIZATION capability
 
     # ---- requests and scores -------------------------------------------------------------
 

@@ -1,0 +1,44 @@
+"""The `hf` backend: any transformers causal LM (Llama, DiffLlama, GGUF files...).
+
+    loading.py        options, device, checkpoint location, weight quantization, fingerprint
+    model.py          HFModel, the adapter
+    decoding.py       batching, the greedy decoding loop, log-likelihoods
+    prefix_cache.py   a shared prefix's KV cache, computed once and reused
+    choices.py        constrained decoding over a closed set of answers
+    capabilities.py   quantized attention and the activation probe
+
+Importing this package imports neither torch nor transformers: the loaders do,
+when a model spec picks this backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .model import HFModel
+
+
+def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
+         label: str | None = None) -> HFModel:
+    """The `hf` backend's loader: a transformers folder or hub id."""
+    from .model import HFModel
+
+    return HFModel.load(rest, dict(options), device=device, batch_size=batch_size, label=label)
+
+
+def load_gguf(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
+              label: str | None = None) -> HFModel:
+    """The `gguf` backend's loader: a GGUF file, dequantized by transformers."""
+    from .model import HFModel
+
+    return HFModel.load(rest, dict(options), device=device, batch_size=batch_size, gguf=True, label=label)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HFModel":
+        from .model import HFModel
+
+        return HFModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,178 @@
+"""Batching, our own greedy decoding loop and log-likelihoods.
+
+Generation is our own greedy loop rather than `model.generate`: prefill asks
+for the last position's logits only, requests are batched longest first with
+left padding, and each row stops at its own stop string, so a batch costs as
+many decode steps as its longest answer, not `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ...adapter import GenerationRequest, Loglikelihood, LoglikelihoodRequest
+from ...errors import UserError
+from .choices import END, ChoiceTrie, Row
+from .prefix_cache import Prefix, PrefixCache
+
+
+class Decoding(PrefixCache):
+    """Mixin of HFModel: generate and loglikelihood over batches of token rows."""
+
+    tokenizer: Any
+    batch_size: int
+    pad_id: int
+    eos_ids: set[int]
+
+    # ---- batching ------------------------------------------------------------------------
+
+    def _batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
+        """Indices grouped into batches, longest first, under the padded-token budget."""
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+        batch: list[int] = []
+        for i in order:
+            width = lengths[batch[0]] if batch else lengths[i]
+            if batch and (len(batch) >= self.batch_size or width * (len(batch) + 1) > self.options.max_batch_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _left_pad(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _forward(self, rows: list[list[int]], prefix: Prefix | None, keep: int, use_cache: bool
+                 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """Left-padded rows through the model, after the cached prefix when one is given.
+        Positions continue from the prefix, so each row sees exactly the tokens (and
+        positions) it would see as one whole prompt."""
+        ids, mask = self._left_pad(rows)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = None
+        if prefix is not None:
+            cache = prefix.for_batch(len(rows))
+            positions = positions + prefix.length
+            mask = torch.cat([mask.new_ones((len(rows), prefix.length)), mask], dim=1)
+            use_cache = True
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=use_cache, logits_to_keep=keep)
+        return out, mask, positions
+
+    # ---- generation ----------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        outputs: list[str] = [""] * len(requests)
+        for prefix, indices in self._groups(requests):
+            group = [requests[i] for i in indices]
+            state, rows = self._rows_for(prefix, group, [r.prompt for r in group])
+            width = state.length if state else 0
+            for batch in self._batches([width + len(r) for r in rows]):
+                try:
+                    texts = self._generate_batch([rows[i] for i in batch], [group[i] for i in batch], state)
+                finally:
+                    if state is not None:
+                        state.restore()
+                for i, text in zip(batch, texts):
+                    outputs[indices[i]] = text
+        return outputs
+
+    @torch.inference_mode()
+    def _generate_batch(self, rows: list[list[int]], requests: list[GenerationRequest], prefix: Prefix | None
+                        ) -> list[str]:
+        out, mask, positions = self._forward(rows, prefix, keep=1, use_cache=True)
+        cache = out.past_key_values
+        states = [Row(r, ChoiceTrie(r.choices, lambda c: self.encode(c, first=False)) if r.choices else None)
+                  for r in requests]
+        logits = out.logits[:, -1]
+        while True:
+            feed = [self._advance(s, logits[i]) if s.active else self.pad_id for i, s in enumerate(states)]
+            if not any(s.active for s in states):
+                break
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            positions = positions[:, -1:] + 1
+            token_ids = torch.tensor(feed, dtype=torch.long, device=self.device)[:, None]
+            out = self.model(input_ids=token_ids, attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[:, -1]
+        return [s.text for s in states]
+
+    def _advance(self, row: Row, logits: torch.Tensor) -> int:
+        """One greedy step for `row`: the token to feed next; marks the row done when its
+        answer is complete (a stop string, EOS, max_new_tokens, or a whole choice)."""
+        if row.trie is None:
+            token = int(logits.argmax())
+            row.tokens.append(token)
+            row.text, row.active = self._continue(row.tokens, row.request, token)
+            return token
+        token, child = row.trie.pick(row.node, logits)
+        if token is None:
+            return row.finish(row.node[END])
+        settled = ChoiceTrie.settled(child)
+        if settled is not None:  # one choice left: its remaining tokens are forced, no need to run them
+            return row.finish(settled)
+        row.node = child
+        return token
+
+    def _continue(self, tokens: list[int], request: GenerationRequest, last: int) -> tuple[str, bool]:
+        """Decoded text so far, cut at the first stop string, and whether to go on."""
+        if last in self.eos_ids:
+            tokens = tokens[:-1]
+            return self.tokenizer.decode(tokens, skip_special_tokens=True), False
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        cuts = [text.find(s) for s in request.stop if s and s in text]
+        if cuts:
+            return text[: min(cuts)], False
+        return text, len(tokens) < request.max_new_tokens
+
+    # ---- log-likelihood ------------------------------------------------------------------
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        for prefix, indices in self._groups(requests):
+            group = [requests[i] for i in indices]
+            continuations = [self.encode(r.continuation, first=False) for r in group]
+            for r, continuation in zip(group, continuations):
+                if not continuation:
+                    raise UserError(f"empty continuation after tokenization: {r.continuation!r}")
+            state, contexts = self._rows_for(prefix, group, [r.context for r in group],
+                                             extra=[len(c) for c in continuations])
+            pairs = list(zip(contexts, continuations))
+            width = state.length if state else 0
+            for batch in self._batches([width + len(c) + len(k) for c, k in pairs]):
+                try:
+                    scored = self._loglikelihood_batch([pairs[i] for i in batch], state)
+                finally:
+                    if state is not None:
+                        state.restore()
+                for i, result in zip(batch, scored):
+                    results[indices[i]] = result
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _loglikelihood_batch(self, pairs: list[tuple[list[int], list[int]]], prefix: Prefix | None
+                             ) -> list[Loglikelihood]:
+        # Left padding puts every continuation at the end of its row, so the logits we
+        # need are the last (longest continuation + 1) positions only.
+        rows = [c + k if prefix else (c + k)[-self.max_context :] for c, k in pairs]
+        keep = max(len(k) for _, k in pairs) + 1
+        logits = self._forward(rows, prefix, keep=keep, use_cache=False)[0].logits
+        results = []
+        for row, (_, cont) in enumerate(pairs):
+            n = len(cont)
+            row_logits = logits[row, -n - 1 : -1].float().log_softmax(-1)
+            target = torch.tensor(cont, device=row_logits.device)
+            logprob = row_logits.gather(-1, target[:, None]).sum().item()
+            greedy = bool((row_logits.argmax(-1) == target).all())
+            results.append(Loglikelihood(logprob=logprob, is_greedy=greedy, tokens=n))
+        return results
