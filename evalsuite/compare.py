@@ -307,6 +307,9 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
     run_a, run_b = open_run(path_a), open_run(path_b)
+    for run in (run_a, run_b):
+        if not run.complete:
+            raise UserError(f"run {run.path} is not complete (no summary.json); rerun its command to finish it")
     frame_a, frame_b = paired_frames(run_a, run_b)
     task = str(run_a.read_config()["task"])
     spec = task_spec(task, run_a.read_records())

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from .contracts import Plotted, ReportSection
 from .errors import UserError
 from .records import RunFolder, open_run
 from .stats import mean_interval
@@ -29,9 +30,21 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
         row["error"] = record.error
         rows.append(row)
     frame = pd.DataFrame(rows)
+    _numeric_metrics(frame, config["task"])
     frame.attrs["config"] = config
     frame.attrs["run_path"] = str(run.path)  # for tasks whose summary reads side files (judge verdicts)
     return frame
+
+
+def _numeric_metrics(frame: pd.DataFrame, task: str) -> None:
+    """A declared metric's value that is not a number (a damaged record) becomes missing."""
+    from .compare import task_spec
+
+    for metric in task_spec(task).metrics:
+        if metric in frame.columns and frame[metric].dtype == object:
+            numbers = frame[metric].map(lambda v: float(v) if isinstance(v, (bool, int, float)) else float("nan"))
+            if numbers.isna().any():
+                frame[metric] = numbers
 
 
 def load_frame(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -51,7 +64,7 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         for metric in metrics:
             if metric not in part.columns:
                 continue
-            values = part[metric].dropna().astype(float)
+            values = pd.to_numeric(part[metric], errors="coerce").dropna()  # a non-number is no value
             mean, low, high = mean_interval(values.tolist())
             row[metric] = mean
             row[f"{metric}_low"], row[f"{metric}_high"] = low, high
@@ -110,13 +123,15 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
             raise UserError(f"run {path} is not complete (no summary.json); rerun its command to finish it")
         task = task_for_run(run)
         frame = run_frame(run)
+        if frame.empty:
+            raise UserError(f"run {path} holds no samples (samples.jsonl is empty or missing); rerun its command")
         rows = summarize(frame, task.group_by, task.metrics)
         keys = [k for k in task.group_by if k in frame.columns]
         title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
         sections.append(title + "\n\n" + markdown_table(rows, keys, task.metrics))
-        if hasattr(task, "report_section"):  # e.g. judged accuracy, kept beside samples.jsonl
+        if isinstance(task, ReportSection):  # e.g. judged accuracy, kept beside samples.jsonl
             sections.append(task.report_section(run))
-        if plots and hasattr(task, "plots"):
+        if plots and isinstance(task, Plotted):
             written = task.plots(frame, run.plots, str(frame["model"].iloc[0]))
             sections.append("plots: " + ", ".join(str(p) for p in written))
     return "\n\n".join(sections)

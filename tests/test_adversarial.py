@@ -224,3 +224,35 @@ def test_judge_base_url_must_be_http(tmp_path, url):
 def test_an_offline_hub_id_fails_fast_with_a_suggestion(tmp_path):
     result = run_cli("run", "--model", "toy-dif/typo", *SMALL, "--out", str(tmp_path), timeout=30)
     one_line_error(result)
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+def toy_copy(tmp_path: Path) -> Path:
+    source = Path(__file__).resolve().parents[1] / "evalsuite" / "models" / "toy-base"
+    return Path(shutil.copytree(source, tmp_path / "ckpt"))
+
+
+@pytest.mark.parametrize("damage", ["dangling link", "folder"])
+def test_a_broken_safetensors_file_is_one_line(tmp_path, damage):
+    folder = toy_copy(tmp_path)
+    (folder / "model.safetensors").unlink()
+    if damage == "dangling link":
+        (folder / "model.safetensors").symlink_to(tmp_path / "blobs" / "missing")
+    else:
+        (folder / "model.safetensors").mkdir()
+    one_line_error(run_cli("run", "--model", str(folder), *SMALL, "--out", str(tmp_path / "out")), "model.safetensors")
+
+
+def test_pickle_weights_need_an_explicit_opt_in(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    folder = toy_copy(tmp_path)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    one_line_error(run_cli("run", "--model", str(folder), *SMALL, "--limit", "1", "--out", str(tmp_path / "out")),
+                   "allow_pickle=true")
+    allowed = run_cli("run", "--model", str(folder), "-M", "allow_pickle=true", *SMALL, "--limit", "1",
+                      "--out", str(tmp_path / "out"))
+    assert allowed.returncode == 0, allowed.stderr

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ...errors import UserError
+from ...errors import UserError, did_you_mean
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _HASH_LIMIT = 512 * 1024 * 1024  # weights larger than this are fingerprinted by size and mtime
@@ -33,6 +33,7 @@ class HFOptions:
     attn_quant: str = "none"  # none | absmax:<bits>: quantize the pre-softmax attention logits (evalsuite.quant)
     attn_quant_granularity: str = "tensor"  # tensor | head | row: what one absmax scale covers
     load_in: str = "none"  # none | 8bit | 4bit: bitsandbytes weight quantization (CUDA only)
+    allow_pickle: bool = False  # load pickle (.bin/.pt) weights: only for checkpoints you trust
 
     def __post_init__(self) -> None:
         from ...quant import check_granularity, parse_attn_quant
@@ -117,11 +118,45 @@ def locate(spec: str, gguf: bool) -> tuple[str, str | None]:
             raise UserError(f"checkpoint folder {spec} is not readable")
         if not (path / "config.json").is_file():
             raise UserError(f"checkpoint folder {spec} has no config.json")
+        check_weight_files(path)
         return str(path.resolve()), None
     looks_like_hub_id = spec.count("/") == 1 and not spec.startswith((".", "/", "~"))
     if not looks_like_hub_id:
         raise UserError(f"checkpoint folder not found: {spec}")
+    refuse_uncached_hub_id_offline(spec)
     return spec, None
+
+
+def check_weight_files(folder: Path) -> None:
+    """Weights that are links to nothing (a Hugging Face cache with a missing blob) or folders."""
+    for path in sorted(folder.glob("*.safetensors")):
+        if path.is_symlink() and not path.exists():
+            raise UserError(f"weights file {path} is a broken link (a download that did not finish?)")
+        if path.is_dir():
+            raise UserError(f"weights file {path} is a folder, not a file")
+
+
+def refuse_pickle(folder: str, allow: bool) -> None:
+    """Pickle weights can carry code: loading them is an explicit choice, as trust_remote_code is."""
+    path = Path(folder)
+    if allow or not path.is_dir() or any(path.glob("*.safetensors")):
+        return
+    if any(path.glob("*.bin")) or any(path.glob("*.pt")):
+        raise UserError(f"checkpoint {folder} has only pickle (.bin/.pt) weights, which can run code when loaded; "
+                        "convert them to safetensors, or pass -M allow_pickle=true for a checkpoint you trust")
+
+
+def refuse_uncached_hub_id_offline(spec: str) -> None:
+    """A hub id that is not in the local cache while the hub is offline: say so at once,
+    instead of retrying a connection that cannot succeed."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(spec, "config.json"), str):
+        return
+    from ...registry import MODELS
+
+    raise UserError(f"model {spec!r} is not a local folder, a named model{did_you_mean(spec, MODELS)} or in the "
+                    "Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE)")
 
 
 

@@ -19,6 +19,7 @@ from .loading import (
     HFOptions,
     apply_attn_quant,
     locate,
+    refuse_pickle,
     resolve_device,
     weight_quantization,
     weights_fingerprint,
@@ -67,6 +68,8 @@ class HFModel(Decoding, Capabilities):
         hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
         options = build_params(HFOptions, raw_options, flag="-M")
         folder, gguf_file = locate(spec, gguf)
+        if not gguf_file:
+            refuse_pickle(folder, options.allow_pickle)
         torch_device = resolve_device(device)
         dtype = _DTYPES.get(options.dtype) or (torch.bfloat16 if torch_device.type == "cuda" else torch.float32)
         kwargs: dict[str, Any] = {"trust_remote_code": options.trust_remote_code}
