@@ -119,5 +119,5 @@ class ProbeRequest(Protocol):
 
 
 def missing_capabilities(model: ModelAdapter, needed: Sequence[str]) -> list[str]:
-    offered = getattr(model, "capabilities", frozenset())
+    offered: frozenset[str] = getattr(model, "capabilities", frozenset())
     return [name for name in needed if name not in offered]

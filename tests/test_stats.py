@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import numpy as np
+import pytest
 
 from evalsuite.stats import cochran_q, holm, mcnemar_exact, mean_interval, paired_difference, wilson_interval
 

@@ -6,11 +6,11 @@ import json
 import re
 
 import pytest
+from conftest import invoke
 
 from evalsuite.errors import UserError
 from evalsuite.registry import TASKS, load_all
 from evalsuite.suites import SHIPPED, find_suite, load_suite, run_folders, suite_runs
-from conftest import invoke
 
 NEEDLE_SUITE = """
 name = "mini"

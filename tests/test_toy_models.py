@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import invoke
+
 from evalsuite.models import HERE as MODELS_DIR
 
 # two samples per (length, depth) cell: 20 prompts per model, seconds on a CPU

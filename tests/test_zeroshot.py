@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from evalsuite.backends.hf import HFModel
 from evalsuite.errors import UserError
 from evalsuite.haystack import builtin_sentences

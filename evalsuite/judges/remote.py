@@ -109,7 +109,8 @@ def _without_credentials(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _is_loopback(url: str) -> bool:

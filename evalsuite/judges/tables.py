@@ -95,7 +95,7 @@ def paired_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """McNemar for every two runs with the same task parameters, per judge and dataset."""
     answered = frame[frame["status"].isin(["judged", "unparseable"])]
     rows = []
-    for (params, judge, dataset), part in answered.groupby(["params", "judge", "dataset"], sort=True):
+    for (_params, judge, dataset), part in answered.groupby(["params", "judge", "dataset"], sort=True):
         runs = sorted(part["run"].unique())
         for run_a, run_b in combinations(runs, 2):
             a = part[part["run"] == run_a].set_index("id")

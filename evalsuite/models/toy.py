@@ -67,7 +67,7 @@ def toy_config(kind: str, vocab_size: int, size: ToySize = ToySize()) -> Any:
     d and values of width 2d, as in the paper. Parameter counts differ only by the lambdas."""
     from transformers import DiffLlamaConfig, LlamaConfig
 
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=size.hidden, intermediate_size=size.intermediate,
         num_hidden_layers=size.layers, num_attention_heads=size.heads, num_key_value_heads=size.heads,
         max_position_embeddings=size.max_context, rope_theta=10000.0, tie_word_embeddings=True,

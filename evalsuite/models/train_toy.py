@@ -34,9 +34,10 @@ import random
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import UserError
 from ..records import Sample
@@ -119,7 +120,7 @@ def episode(
         axes = {"n_needles": needles, "n_queries": queries, "context_length": target, "depth": depth}
         sample = Sample(id="train", task=task.name, axes=axes, target=tuple(numbers[:queries]), data=data)
         try:
-            [request], _ = task.requests(sample, counter)
+            [request], _ = task.requests(sample, counter)  # type: ignore[arg-type]  # a tokenizer is all it needs
             break
         except UserError:
             continue
@@ -163,7 +164,8 @@ def training_sequence(cfg: TrainConfig, tokenizer: Any, step: int, row: int) -> 
         needles = 1 if rng.random() < cfg.single_needle_share else rng.randint(1, most_needles)
         prompt, answer = episode(task, counter, rng, length, pool, needles)
         ids, weights, digits = encode(cfg, tokenizer, prompt, answer)
-        for column, values in zip(columns, (ids, weights, range(len(ids)), digits)):
+        parts: tuple[Any, ...] = (ids, weights, range(len(ids)), digits)
+        for column, values in zip(columns, parts):
             column.extend(values)
     ids, weights, positions, digits = (column[: cfg.seq_len] for column in columns)
     return ids, weights, positions, digits
@@ -175,7 +177,8 @@ def training_batch(cfg: TrainConfig, tokenizer: Any, step: int) -> tuple[Any, An
 
     rows = [training_sequence(cfg, tokenizer, step, row) for row in range(cfg.batch)]
     dtypes = (torch.long, torch.float32, torch.long, torch.bool)
-    return tuple(torch.tensor([r[i] for r in rows], dtype=dtype) for i, dtype in enumerate(dtypes))
+    ids, weights, positions, digits = (torch.tensor([r[i] for r in rows], dtype=dtype) for i, dtype in enumerate(dtypes))
+    return ids, weights, positions, digits
 
 
 # ---- training --------------------------------------------------------------------------------

@@ -275,14 +275,14 @@ class Hallucination:
         table = self._load_table()
         columns = table.column_names
         if {"full_text", "qas"} <= set(columns) and not self.document_field:
-            rows = [qasper_row(i, dict(paper)) for i, paper in enumerate(table)]
-            return [row for row in rows if row is not None]
+            papers = [qasper_row(i, dict(paper)) for i, paper in enumerate(table)]
+            return [row for row in papers if row is not None]
         need_question = self.source.kind == "answer"
         doc = self._column("document", self.document_field, self.source.document, columns, True)
         ref = self._column("reference", self.reference_field, self.source.reference, columns, True)
         question = self._column("question", self.question_field, self.source.question, columns, need_question)
         table = table.select_columns([c for c in dict.fromkeys((doc, ref, question)) if c])
-        rows = []
+        rows: list[Row] = []
         for i, raw in enumerate(table):
             document = raw[doc] if isinstance(raw[doc], str) else "\n\n".join(_texts(raw[doc]))
             rows.append(Row(i, document, str(raw[question] or "") if question else "", _texts(raw[ref])))

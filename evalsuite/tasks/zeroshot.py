@@ -238,7 +238,7 @@ class ZeroShot:
     def plan(self) -> list[Sample]:
         samples = []
         for bits in self.bits or (None,):
-            for name, benchmark in self._benchmarks().items():
+            for _name, benchmark in self._benchmarks().items():
                 for doc_id in sorted(benchmark.docs):
                     samples.append(self._sample(benchmark, doc_id, bits))
         return samples

@@ -56,8 +56,9 @@ class Row:
         self.text = ""
         self.active = trie is not None or request.max_new_tokens > 0
         self.node = trie.root if trie else {}
-        if trie is not None and ChoiceTrie.settled(trie.root) is not None:
-            self.finish(ChoiceTrie.settled(trie.root))
+        settled = ChoiceTrie.settled(trie.root) if trie is not None else None
+        if settled is not None:
+            self.finish(settled)
 
     def finish(self, index: int) -> int:
         assert self.trie is not None

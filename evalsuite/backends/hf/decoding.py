@@ -111,10 +111,10 @@ class Decoding(PrefixCache):
         """One greedy step for `row`: the token to feed next; marks the row done when its
         answer is complete (a stop string, EOS, max_new_tokens, or a whole choice)."""
         if row.trie is None:
-            token = int(logits.argmax())
-            row.tokens.append(token)
-            row.text, row.active = self._continue(row.tokens, row.request, token)
-            return token
+            greedy = int(logits.argmax())
+            row.tokens.append(greedy)
+            row.text, row.active = self._continue(row.tokens, row.request, greedy)
+            return greedy
         token, child = row.trie.pick(row.node, logits)
         if token is None:
             return row.finish(row.node[END])

@@ -85,7 +85,7 @@ class HFModel(Decoding, Capabilities):
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"could not load {spec}: {first_line}") from None
         if options.load_in == "none":  # bitsandbytes models are placed at load and cannot be moved
-            model.to(torch_device)
+            model.to(torch_device)  # type: ignore[arg-type]
         model.eval()
         apply_attn_quant(model, options)
         name = label or (Path(gguf_file).stem if gguf_file else Path(folder).name)

@@ -55,7 +55,7 @@ class PrefixCache:
         serve them (every part non-empty and, when `extra` tokens follow, prefix + part +
         extra within max_context), else whole prompts encoded as `encode_pair` does."""
         attention = self._attention_state() if prefix and self._cacheable else None
-        if attention is not None:
+        if prefix and attention is not None:
             parts = [self.encode(t, first=False) for t in texts]
             if all(parts):
                 state = self._prefix_for(prefix, attention)
@@ -125,7 +125,7 @@ class Prefix:
         layers = [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v, *_ in self.cache]
         wide = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in layers])
         for layer, (keys, values) in zip(wide.layers, layers):
-            layer.keys, layer.values = keys, values  # views: the model's first update copies them, once
+            layer.keys, layer.values = keys, values  # type: ignore[union-attr]  # views: the model's first update copies them, once
         return wide
 
     def restore(self) -> None:
