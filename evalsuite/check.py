@@ -39,8 +39,9 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .compare import identity_difference, paired_values, task_identity, task_spec
+from .compare import paired_values, task_spec
 from .errors import UserError
+from .identity import identity_difference, task_identity
 from .records import RunFolder, open_run, write_json_atomic
 from .stats import detectable_drop, drop_bound_test, holm, one_sided_bounds
 from .suites import RESULT_FORMAT, read_json_input, suite_runs

@@ -28,12 +28,10 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
+from .identity import identity_difference, task_identity
 from .records import Record, RunFolder, config_hash, open_run, write_json_atomic
 from .report import run_frame
 from .stats import paired_difference
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
 
 # ---- what a run is: its task identity and the metrics it declares ----------------------------
 
@@ -60,36 +58,6 @@ def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
     axes = sorted({k for r in records for k in r.axes})
     metrics = sorted({k for r in records for k, v in r.scores.items() if isinstance(v, (bool, int, float))})
     return TaskSpec(tuple(axes), tuple(metrics))
-
-
-def _portable(value: Any) -> Any:
-    """Paths to data shipped inside the package compare equal across installations."""
-    if isinstance(value, str) and value.startswith("/"):
-        try:
-            return "<evalsuite>/" + Path(value).resolve().relative_to(PACKAGE_DIR).as_posix()
-        except ValueError:
-            return value
-    return value
-
-
-def task_identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What decides which samples a run holds: the task and its parameters.
-
-    `preset` only supplies defaults (already expanded into the other
-    parameters) and `limit` only cuts the plan, which the join on sample id
-    handles, so neither is part of the identity."""
-    params = {k: _portable(v) for k, v in config["params"].items() if k != "preset"}
-    return {"task": config["task"], "params": params}
-
-
-def identity_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
-    """None when two identities match, else a short description of what differs."""
-    if a["task"] != b["task"]:
-        return f"task {a['task']} vs {b['task']}"
-    keys = sorted(set(a["params"]) | set(b["params"]))
-    diffs = [f"{k}: {a['params'].get(k)!r} vs {b['params'].get(k)!r}" for k in keys
-             if a["params"].get(k) != b["params"].get(k)]
-    return "; ".join(diffs) or None
 
 
 # ---- pairing --------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ from typing import Any
 import pandas as pd
 
 from . import __version__
-from .compare import compare, comparison_plots, display_rows, identity_difference, task_identity, task_spec
+from .compare import compare, comparison_plots, display_rows, task_spec
 from .contracts import HtmlSamples, Plotted
 from .errors import UserError
+from .identity import identity_difference, task_identity
 from .records import Record, RunFolder, open_run
 from .report import format_rate, run_frame, summarize, task_for_run
 

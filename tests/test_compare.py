@@ -13,8 +13,9 @@ from conftest import invoke
 from scipy import stats as sps
 
 from evalsuite.backends import load_model
-from evalsuite.compare import PACKAGE_DIR, compare, compare_runs, paired_test, task_identity
+from evalsuite.compare import compare, compare_runs, paired_test
 from evalsuite.errors import UserError
+from evalsuite.identity import PACKAGE_DIR, task_identity
 from evalsuite.records import Record, RunFolder, config_hash
 from evalsuite.runner import RunOptions, make_task, run_task
 from evalsuite.tasks.needle_report import significance_marks

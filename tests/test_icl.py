@@ -173,8 +173,8 @@ def test_permutations_share_demonstrations_and_the_prompt_format(trec_file):
     task.check(fake())
     blocks = [task.prefix(6, p) for p in range(3)]
     assert len(set(blocks)) > 1
-    assert len({frozenset(b.split("\n\n")) for b in blocks}) == 1  # same demonstrations, other order
-    demos = blocks[0].split("\n\n")
+    assert len({frozenset(b.split("\n==\n")) for b in blocks}) == 1  # same demonstrations, other order
+    demos = blocks[0].split("\n==\n")  # the cited protocol's separator line
     assert demos[-1] == "" and len(demos) == 7
     for demo in demos[:-1]:
         q, t = demo.split("\n")
@@ -196,13 +196,15 @@ def test_plan_keeps_each_blocks_questions_together(trec_file):
     assert len({s.id for s in task.plan()}) == 20
 
 
-def test_auto_shots_are_powers_of_two_up_to_max_tokens(trec_file):
+def test_auto_shots_are_powers_of_two_then_the_last_count_that_fits(trec_file):
     task = make_task("icl", {"data": str(trec_file), "shots": "auto", "max_tokens": "700", "permutations": "2"})
     model = fake()
     task.check(model)
     counts = task.shot_counts()
-    assert counts == tuple(2**k for k in range(len(counts))) and len(counts) >= 3
-    assert task.needed_tokens(model, counts[-1]) <= 700 < task.needed_tokens(model, counts[-1] * 2)
+    assert counts[:-1] == tuple(2**k for k in range(len(counts) - 1)) and len(counts) >= 3
+    assert counts == (1, 2, 4, 8, 12)
+    # the sweep ends at the limit, not at the power of two below it
+    assert task.needed_tokens(model, counts[-1]) <= 700 < task.needed_tokens(model, counts[-1] + 1)
 
 
 # ---- scoring and the spread statistic ---------------------------------------------------------
@@ -224,9 +226,9 @@ def test_scores_both_methods(trec_file):
 def test_summary_mean_spread_and_std_over_permutations(trec_file):
     task = make_task("icl", {"data": str(trec_file), "shots": "4"})
     outcomes = {0: [1, 1, 1, 1], 1: [1, 1, 0, 0], 2: [0, 1, 0, 0]}  # accuracies 1.0, 0.5, 0.25
-    rows = [{"n_shots": 4, "permutation": p, "test_index": t, "correct": bool(v), "prompt_tokens": 100}
+    rows = [{"order": "random", "n_shots": 4, "permutation": p, "test_index": t, "correct": bool(v), "prompt_tokens": 100}
             for p, values in outcomes.items() for t, v in enumerate(values)]
-    rows += [{"n_shots": 8, "permutation": 0, "test_index": t, "correct": t < 3, "prompt_tokens": 200}
+    rows += [{"order": "random", "n_shots": 8, "permutation": 0, "test_index": t, "correct": t < 3, "prompt_tokens": 200}
              for t in range(4)]
     (four, eight) = task.summary(pd.DataFrame(rows))["icl"]["shots"]
     assert four["accuracy"] == [1.0, 0.5, 0.25]
@@ -368,3 +370,24 @@ def test_bad_input_errors_in_process(trec_file, tmp_path):
     with pytest.raises(UserError, match="needs .* tokens, more than"):
         make_task("icl", {"data": str(trec_file), "shots": "1,32"}).check(FakeModel.from_options(
             "oracle", {"max_context": "1000"}))
+
+
+def test_the_separator_is_a_parameter_with_escapes(trec_file):
+    task = make_task("icl", {"data": str(trec_file), "shots": "2", "separator": "\\n\\n"})
+    task.check(fake())
+    assert task.prefix(2, 0).count("\n\n") == 2 and "==" not in task.prefix(2, 0)
+    with pytest.raises(UserError):
+        make_task("icl", {"data": str(trec_file), "separator": ""})
+
+
+def test_the_order_preset_runs_random_and_alternating_orders_side_by_side(trec_file, tmp_path):
+    task = make_task("icl", {"preset": "paper-order", "data": str(trec_file), "shots": "2,4", "test_size": "3",
+                             "permutations": "2"})
+    task.check(fake())
+    samples = task.plan()
+    assert {s.axes["order"] for s in samples} == {"random", "alternating"} and len(samples) == 2 * 2 * 2 * 3
+    assert make_task("icl", {"preset": "paper-order", "data": str(trec_file)}).permutations == 10
+    frame = pd.DataFrame([{**s.axes, "correct": i % 3 == 0, "prompt_tokens": 1} for i, s in enumerate(samples)])
+    rows = task.summary(frame)["icl"]["shots"]
+    assert [(r["order"], r["n_shots"]) for r in rows] == [("alternating", 2), ("alternating", 4), ("random", 2),
+                                                          ("random", 4)]

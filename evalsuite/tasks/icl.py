@@ -6,7 +6,8 @@ much accuracy moves when the same demonstrations are shown in another order.
 
 The prompt follows the protocol the paper cites (Bertsch et al. 2024): each
 demonstration is two lines, "Question: <text>" and "Type: <label>" (field
-names per dataset), joined by a blank separator line. The demonstration block
+names per dataset), joined by a separator line (`\n==\n` by default, the
+`separator` parameter, backslash escapes understood). The demonstration block
 is the request's shared `prefix` (the hf backend encodes it once per shot
 count and order); the test question is the prompt, ending in "Type:".
 
@@ -21,20 +22,25 @@ Choices the paper leaves open, made here and exposed as parameters:
 - demonstrations come from one seeded, label-balanced (round-robin over
   classes) ordering of the train split; the n-shot set is its first n, so
   sets are nested as n grows. More shots than the pool holds is an error;
-  `shots=auto` stops at the largest power of two that the pool holds and
-  whose every prompt fits in min(max_tokens, the model's context);
+  `shots=auto` takes the powers of two whose every prompt fits in
+  min(max_tokens, the model's context), then the largest shot count that
+  still fits (found by bisection on the model's tokenizer), so the sweep
+  ends within one demonstration of the limit;
 - `order`: random (a seeded shuffle), alternating (round-robin over classes)
-  or grouped (all of one class together); each of the K `permutations` is a
-  seeded class order and within-class order (random: a seeded shuffle);
+  or grouped (all of one class together), or a comma list to run several in
+  one run (`preset=paper-order`: random and alternating, 10 permutations,
+  as the paper's Figure 7); each of the K `permutations` is a seeded class
+  order and within-class order (random: a seeded shuffle);
 - per shot count the summary gives the mean over permutations, the spread
-  (best - worst, the paper's figure), the standard deviation (ddof=1), and an
-  exact McNemar test of best vs worst permutation on the paired test
-  examples; every test example's outcome is kept in the records;
+  (best - worst, the paper's figure), the standard deviation (ddof=1), and
+  Cochran's Q test of "the order does not matter" over the same test
+  questions; every test example's outcome is kept in the records;
 - `-M chat_template` is not applied: demonstrations are plain text.
 """
 
 from __future__ import annotations
 
+import codecs
 import random
 import weakref
 from collections.abc import Callable, Sequence
@@ -48,10 +54,13 @@ from ..icl_data import HUB_DATASETS, Example, IclData, load_icl_data
 from ..records import Sample
 from ..registry import register_task
 
-SEPARATOR = "\n\n"  # a blank line between demonstrations
 ORDERS = ("random", "alternating", "grouped")
 METHODS = ("generate", "loglikelihood")
-PRESETS = {"paper": {"shots": "auto", "max_tokens": "65536", "permutations": "10", "test_size": "250"}}
+PRESETS = {
+    "paper": {"shots": "auto", "max_tokens": "65536", "permutations": "10", "test_size": "250"},
+    "paper-order": {"shots": "auto", "max_tokens": "65536", "permutations": "10", "test_size": "250",
+                    "order": "random,alternating"},
+}
 
 
 def demonstration(example: Example, fields: tuple[str, str]) -> str:
@@ -143,7 +152,8 @@ class Icl:
     label_field: str = "label"
     shots: str = "auto"  # comma list of shot counts, or auto (powers of two up to max_tokens)
     max_tokens: int = 65536
-    order: str = "random"
+    order: str = "random"  # or a comma list of orders, run side by side
+    separator: str = "\\n==\\n"  # between demonstrations; backslash escapes (\\n) are understood
     permutations: int = 1
     method: str = "generate"
     test_size: int = 250
@@ -153,8 +163,13 @@ class Icl:
     def __post_init__(self) -> None:
         if not self.data and self.dataset not in HUB_DATASETS:
             raise unknown("dataset", self.dataset, HUB_DATASETS)
-        if self.order not in ORDERS:
-            raise unknown("-T order", self.order, ORDERS)
+        for order in self.orders():
+            if order not in ORDERS:
+                raise unknown("-T order", order, ORDERS)
+        if len(set(self.orders())) != len(self.orders()):
+            raise ValueError(f"-T order lists an order twice: {self.order!r}")
+        if not self.sep:
+            raise ValueError("-T separator must not be empty")
         if self.method not in METHODS:
             raise unknown("-T method", self.method, METHODS)
         if self.shots != "auto":
@@ -165,6 +180,14 @@ class Icl:
             raise ValueError("-T permutations and -T test_size must be at least 1")
         if self.max_tokens < 16:
             raise ValueError("-T max_tokens must be at least 16")
+
+    def orders(self) -> tuple[str, ...]:
+        return tuple(o.strip() for o in self.order.split(",") if o.strip())
+
+    @property
+    def sep(self) -> str:
+        """The separator with its backslash escapes decoded ("\\n==\\n" -> a line of ==)."""
+        return codecs.decode(self.separator, "unicode_escape")
 
     # ---- data (model-independent, loaded once per task object) ---------------------------
 
@@ -191,17 +214,18 @@ class Icl:
     def pool(self) -> list[Example]:
         return self._cached("pool", lambda: balanced_pool(self.icl_data().train, self.seed))
 
-    def prefix(self, n: int, permutation: int) -> str:
-        """The demonstration block of n shots in the given permutation (one string object
-        per block, so every request of the block shares it)."""
+    def prefix(self, n: int, permutation: int, order: str | None = None) -> str:
+        """The demonstration block of n shots in the given order and permutation (one string
+        object per block, so every request of the block shares it)."""
+        order = order or self.orders()[0]
 
         def build() -> str:
-            rng = random.Random(f"icl-order-{self.seed}-{self.order}-{n}-{permutation}")
-            demos = arrange(self.pool()[:n], self.order, rng)
+            rng = random.Random(f"icl-order-{self.seed}-{order}-{n}-{permutation}")
+            demos = arrange(self.pool()[:n], order, rng)
             fields = self.icl_data().fields
-            return SEPARATOR.join(demonstration(d, fields) for d in demos) + SEPARATOR
+            return self.sep.join(demonstration(d, fields) for d in demos) + self.sep
 
-        return self._cached(f"prefix-{n}-{permutation}", build)
+        return self._cached(f"prefix-{order}-{n}-{permutation}", build)
 
     # ---- model-dependent facts (answer set, token counts), for the current model ---------
 
@@ -224,9 +248,10 @@ class Icl:
         labels = [" " + label for label in self.icl_data().labels]
         return self._model_cached(model, "answers", lambda: shortest_unique_prefixes(labels, tokenize))
 
-    def prefix_tokens(self, model: ModelAdapter, n: int, permutation: int) -> int:
-        return self._model_cached(model, f"tokens-{n}-{permutation}",
-                                  lambda: model.count_tokens(self.prefix(n, permutation)))
+    def prefix_tokens(self, model: ModelAdapter, n: int, permutation: int, order: str | None = None) -> int:
+        order = order or self.orders()[0]
+        return self._model_cached(model, f"tokens-{order}-{n}-{permutation}",
+                                  lambda: model.count_tokens(self.prefix(n, permutation, order)))
 
     def _prompt_budget(self, model: ModelAdapter) -> int:
         """Tokens a prompt needs beyond its demonstrations: the longest question and answer."""
@@ -242,7 +267,7 @@ class Icl:
 
     def needed_tokens(self, model: ModelAdapter, n: int) -> int:
         """The longest full prompt (demonstrations, question, answer) at n shots, over permutations."""
-        blocks = max(self.prefix_tokens(model, n, p) for p in range(self.permutations))
+        blocks = max(self.prefix_tokens(model, n, p, o) for p in range(self.permutations) for o in self.orders())
         return blocks + self._prompt_budget(model)
 
     # ---- checks before a run -------------------------------------------------------------
@@ -256,9 +281,7 @@ class Icl:
                             f"the limit is {limit} ({model.name}'s context {model.max_context}, "
                             f"-T max_tokens {self.max_tokens})")
         if self.shots == "auto":
-            counts = [1]
-            while counts[-1] * 2 <= len(pool) and self.needed_tokens(model, counts[-1] * 2) <= limit:
-                counts.append(counts[-1] * 2)
+            counts = self._auto_counts(model, limit, len(pool))
         else:
             counts = sorted({int(p) for p in self.shots.split(",") if p.strip()})
             if counts[-1] > len(pool):
@@ -270,6 +293,18 @@ class Icl:
                     raise UserError(f"-T shots={n} needs {need} tokens, more than {model.name}'s context of "
                                     f"{limit}; lower -T shots, use shots=auto, or raise -M max_context")
         self.__dict__["_shot_counts"] = tuple(counts)
+
+    def _auto_counts(self, model: ModelAdapter, limit: int, pool: int) -> list[int]:
+        """Powers of two that fit, then the largest count that fits (bisection: prompts grow
+        with the count), so the sweep reaches the limit instead of stopping below it."""
+        counts = [1]
+        while counts[-1] * 2 <= pool and self.needed_tokens(model, counts[-1] * 2) <= limit:
+            counts.append(counts[-1] * 2)
+        low, high = counts[-1], min(pool, counts[-1] * 2)
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.needed_tokens(model, middle) <= limit else (low, middle - 1)
+        return counts + ([low] if low > counts[-1] else [])
 
     def shot_counts(self) -> tuple[int, ...]:
         counts = self.__dict__.get("_shot_counts")
@@ -284,30 +319,31 @@ class Icl:
     def plan(self) -> list[Sample]:
         """Grouped by demonstration block, so the questions of one block run back to back."""
         out = []
-        for n in self.shot_counts():
-            for permutation in range(self.permutations):
-                for example in self.test_examples():
-                    out.append(self._sample(n, permutation, example))
+        for order in self.orders():
+            for n in self.shot_counts():
+                for permutation in range(self.permutations):
+                    for example in self.test_examples():
+                        out.append(self._sample(order, n, permutation, example))
         return out
 
-    def _sample(self, n: int, permutation: int, example: Example) -> Sample:
-        sample_id = f"icl-{self.order}-n{n}-p{permutation}-s{self.seed}-t{example.index:05d}"
-        axes = {"n_shots": n, "order": self.order, "permutation": permutation, "method": self.method,
+    def _sample(self, order: str, n: int, permutation: int, example: Example) -> Sample:
+        sample_id = f"icl-{order}-n{n}-p{permutation}-s{self.seed}-t{example.index:05d}"
+        axes = {"n_shots": n, "order": order, "permutation": permutation, "method": self.method,
                 "test_index": example.index, "seed": self.seed}
         return Sample(id=sample_id, task=self.name, axes=axes, target=(example.label,), data={"text": example.text})
 
-    def shard_key(self, sample: Sample) -> tuple[int, int]:
+    def shard_key(self, sample: Sample) -> tuple[str, int, int]:
         """One demonstration block per data-parallel rank, so its prefix cache is built once."""
-        return sample.axes["n_shots"], sample.axes["permutation"]
+        return sample.axes["order"], sample.axes["n_shots"], sample.axes["permutation"]
 
     # ---- prompts -------------------------------------------------------------------------
 
     def requests(self, sample: Sample, model: ModelAdapter) -> tuple[list[Any], dict[str, Any]]:
-        n, permutation = sample.axes["n_shots"], sample.axes["permutation"]
-        prefix = self.prefix(n, permutation)
+        n, permutation, order = sample.axes["n_shots"], sample.axes["permutation"], sample.axes["order"]
+        prefix = self.prefix(n, permutation, order)
         prompt = question(sample.data["text"], self.icl_data().fields)
         answers = self.answers(model)
-        prefix_tokens = self.prefix_tokens(model, n, permutation)
+        prefix_tokens = self.prefix_tokens(model, n, permutation, order)
         bos = self._model_cached(model, "bos", lambda: model.count_tokens(""))  # special tokens of a prompt
         info = {"dataset": self.icl_data().name, "prefix_tokens": prefix_tokens,
                 "prompt_tokens": prefix_tokens + model.count_tokens(prompt) - bos}
@@ -334,14 +370,15 @@ class Icl:
         from ..stats import cochran_q, mean_interval
 
         rows = []
-        for n, part in frame.groupby("n_shots", sort=True):
+        for (order, n), part in frame.groupby(["order", "n_shots"], sort=True):
             outcomes = part.pivot_table(index="test_index", columns="permutation", values="correct",
                                         aggfunc="first").astype(float)
             accuracy = outcomes.mean(axis=0)
             best, worst = int(accuracy.idxmax()), int(accuracy.idxmin())
             mean, low, high = mean_interval(outcomes.mean(axis=1).tolist())
             rows.append({
-                "n_shots": int(n), "permutations": int(outcomes.shape[1]), "n_test": int(outcomes.shape[0]),
+                "order": str(order), "n_shots": int(n), "permutations": int(outcomes.shape[1]),
+                "n_test": int(outcomes.shape[0]),
                 "accuracy": [float(a) for a in accuracy], "mean": float(accuracy.mean()),
                 "mean_low": low, "mean_high": high, "spread": float(accuracy.max() - accuracy.min()),
                 "std": float(accuracy.std(ddof=1)) if len(accuracy) > 1 else None,
@@ -352,7 +389,7 @@ class Icl:
                 "mean_prompt_tokens": float(part["prompt_tokens"].mean()) if "prompt_tokens" in part else None,
             })
         return {"icl": {"dataset": self.dataset if not self.data else f"local:{Path(self.data).name}",
-                        "order": self.order, "method": self.method, "shots": rows}}
+                        "order": self.order, "separator": self.separator, "method": self.method, "shots": rows}}
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
         return draw_plots(frame, Path(folder), title)

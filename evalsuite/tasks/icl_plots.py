@@ -60,6 +60,9 @@ def icl_permutation_spread(frame: pd.DataFrame, path: Path, title: str) -> Path:
 
 
 def draw_plots(frame: Any, folder: Path, title: str) -> list[Path]:
-    """Accuracy vs shots and the permutation spread, one line / box per model in `frame`."""
+    """Accuracy vs shots and the permutation spread, one line / box per model (and order, when a
+    run holds several) in `frame`."""
+    if "order" in frame.columns and frame["order"].nunique() > 1:
+        frame = frame.assign(model=frame["model"].astype(str) + " (" + frame["order"].astype(str) + ")")
     return [icl_accuracy_vs_shots(frame, folder / "accuracy_vs_shots.png", title),
             icl_permutation_spread(frame, folder / "permutation_spread.png", title)]

@@ -9,12 +9,22 @@ seeded random sentence boundaries.
 Choices the paper leaves open, made here and exposed as parameters:
 - the haystack is generated filler by default (`haystack=builtin`), or a text
   file, or `dataset:NAME[:SPLIT]` (column `haystack_field`);
-- scoring is the group's public rule: a query is correct when its number
-  appears in the output; R > 1 is reported both as `correct_all` (every query
-  right) and `correct_mean` (mean over queries);
-- greedy decoding of `tokens_per_query` x R new tokens, stopping at a newline;
-- a length the model cannot hold (length + new tokens > max context) is an
-  error before anything runs, not a silently skipped cell.
+- a length is what the model holds: the prompt is built to `length - answer
+  budget` tokens (budget = `tokens_per_query` x R new tokens), so a 4K model
+  runs the 4K preset as it is; records keep `prompt_tokens` and `answer_budget`;
+- scoring is strict, per queried city: the number the output attributes to
+  that city must be the needle's (the first number written answers the city
+  the prompt's answer prefix names; another city's number is the one on the
+  line that names it; a number is a whole run of digits). `correct_all` (every
+  query right) and `correct_mean` (mean over queries) use this rule, and the
+  heatmaps show `correct_all`. The group's public rule, "the number appears
+  anywhere in the output", is recorded too as `correct_all_lenient` and
+  `correct_mean_lenient`: it credits swapped attributions and lists of every
+  number;
+- greedy decoding of the answer budget, stopping at a newline for R = 1 and at
+  a blank line for R > 1 (so an answer per line is read);
+- a length the model cannot hold (length > max context) is an error before
+  anything runs, not a silently skipped cell.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ CITIES = (
     "Valencia", "Vancouver", "Venice", "Vienna", "Warsaw", "Zurich",
 )
 
+MAX_SAMPLES_PER_CELL = 100_000
 PRESETS = {
     "paper-4k": {"lengths": "4096", "depths": "0,0.25,0.5,0.75,1", "needles": "1,2,4,6", "queries": "1,2,2,2",
                  "samples": "50"},
@@ -64,8 +75,26 @@ def question_for(cities: list[str]) -> str:
     return f"What are the magic numbers of {listed}?"
 
 
-def numbers_in(text: str) -> set[str]:
-    return set(re.findall(r"(?<!\d)\d+(?!\d)", text))
+def numbers_in(text: str) -> list[str]:
+    """Whole runs of digits, in order: "12345678" is not "1234567"."""
+    return re.findall(r"(?<!\d)\d+(?!\d)", text)
+
+
+def attributed_numbers(output: str, cities: list[str]) -> list[str | None]:
+    """The number the output gives each queried city: the first number written for the first
+    city (the prompt ends with its answer prefix), then for each other city the first number
+    after its name on a line that names it."""
+    first = numbers_in(output)
+    found: list[str | None] = [first[0] if first else None]
+    for city in cities[1:]:
+        number = None
+        for line in output.splitlines():
+            at = line.find(city)
+            if at >= 0 and numbers_in(line[at + len(city):]):
+                number = numbers_in(line[at + len(city):])[0]
+                break
+        found.append(number)
+    return found
 
 
 @register_task
@@ -76,7 +105,7 @@ class Needle:
     name: ClassVar[str] = "needle"
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     group_by: ClassVar[tuple[str, ...]] = ("n_needles", "n_queries", "context_length", "depth")
-    metrics: ClassVar[tuple[str, ...]] = ("correct_all", "correct_mean")
+    metrics: ClassVar[tuple[str, ...]] = ("correct_all", "correct_mean", "correct_all_lenient", "correct_mean_lenient")
 
     lengths: tuple[int, ...] = (256, 512, 1024, 2048)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -101,6 +130,9 @@ class Needle:
                 raise ValueError(f"need 1 <= queries <= needles <= {len(CITIES)}, got needles={n} queries={r}")
         if self.samples < 1 or self.tokens_per_query < 1:
             raise ValueError("-T samples and -T tokens_per_query must be at least 1")
+        if self.samples > MAX_SAMPLES_PER_CELL:
+            raise ValueError(f"-T samples={self.samples} is more than {MAX_SAMPLES_PER_CELL:,} per cell; "
+                             "a typo? (the paper uses 50)")
 
     # ---- plan ----------------------------------------------------------------------------
 
@@ -126,12 +158,13 @@ class Needle:
     # ---- checks before a run -------------------------------------------------------------
 
     def check(self, model: ModelAdapter) -> None:
-        longest = max(self.lengths) + self.tokens_per_query * max(self.queries)
+        longest = max(self.lengths)
         if longest > model.max_context:
-            raise UserError(
-                f"length {max(self.lengths)} plus {longest - max(self.lengths)} new tokens exceeds "
-                f"{model.name}'s maximum context of {model.max_context} tokens (-M max_context=N overrides)"
-            )
+            raise UserError(f"length {longest} exceeds {model.name}'s maximum context of {model.max_context} tokens "
+                            "(-M max_context=N overrides)")
+        if min(self.lengths) <= self.tokens_per_query * max(self.queries):
+            raise UserError(f"length {min(self.lengths)} leaves no room for a prompt beside the answer budget of "
+                            f"{self.tokens_per_query * max(self.queries)} tokens")
         text = self._text_haystack()
         if text is not None:
             available = model.count_tokens(" ".join(text.sentences))
@@ -163,7 +196,8 @@ class Needle:
             haystack = " ".join(placed + ([fragment] if fragment else []))
             return self._render(model, haystack, query)
 
-        target = sample.axes["context_length"]
+        budget = self.tokens_per_query * r  # the answer's new tokens: prompt + budget = the length
+        target = sample.axes["context_length"] - budget
         supply = self._supply(sample, model, target)
         fitted = fit_to_budget(target, supply, build, model.count_tokens)
         if fitted.tokens < 0.99 * target:
@@ -175,6 +209,7 @@ class Needle:
         haystack_end = fitted.prompt.rindex("Question:")
         info = {
             "prompt_tokens": fitted.tokens,
+            "answer_budget": budget,
             "haystack_sentences": fitted.sentences,
             "answer_boundary": boundaries(fitted.sentences)[0],
             "needle_chars": [fitted.prompt.index(n) for n in needles],
@@ -182,7 +217,7 @@ class Needle:
             "measured_depth": round((answer_at - haystack_start) / max(1, haystack_end - haystack_start), 4),
         }
         request = GenerationRequest(
-            prompt=fitted.prompt, max_new_tokens=self.tokens_per_query * r, stop=("\n",)
+            prompt=fitted.prompt, max_new_tokens=budget, stop=("\n",) if r == 1 else ("\n\n",)
         )
         return [request], info
 
@@ -211,9 +246,12 @@ class Needle:
     # ---- scoring -------------------------------------------------------------------------
 
     def score(self, sample: Sample, outputs: list[str]) -> dict[str, Any]:
-        found = numbers_in(outputs[0])
-        hits = [number in found for number in sample.target]
-        return {"correct_all": all(hits), "correct_mean": sum(hits) / len(hits), "hits": hits}
+        cities = sample.data["cities"][: len(sample.target)]
+        hits = [got == want for got, want in zip(attributed_numbers(outputs[0], cities), sample.target)]
+        anywhere = set(numbers_in(outputs[0]))
+        lenient = [number in anywhere for number in sample.target]
+        return {"correct_all": all(hits), "correct_mean": sum(hits) / len(hits), "hits": hits,
+                "correct_all_lenient": all(lenient), "correct_mean_lenient": sum(lenient) / len(lenient)}
 
     # ---- presentation (drawn in needle_report.py) -----------------------------------------
 
