@@ -213,7 +213,7 @@ def measure_pair(cand: Outcomes, base: Outcomes) -> list[Measured]:
     frame_c = frame_c.set_index("id").loc[common].reset_index()
     frame_b = frame_b.set_index("id").loc[common].reset_index()
     measured = []
-    for metric in [m for m in base.scores if m in cand.scores]:
+    for metric in [m for m in cand.scores if m in base.scores]:  # the candidate's (the task's) order
         b_values, c_values, pass_fail, clusters = paired_values(frame_b, frame_c, metric, "cluster")
         lower = metric in base.lower_is_better or metric in cand.lower_is_better
         drop = _goodness(b_values, pass_fail, lower) - _goodness(c_values, pass_fail, lower)

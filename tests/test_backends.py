@@ -46,7 +46,7 @@ def test_an_unknown_fake_behaviour_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("task, params, metric", [
-    ("needle", ["-T", "lengths=1024", "-T", "depths=0,1", "-T", "samples=2", "-T", "needles=3", "-T", "queries=2"],
+    ("needle", ["-T", "lengths=1024", "-T", "depths=0,1", "-T", "samples=2", "-T", "needles=3"],
      "correct_all"),
     ("icl", ["-T", f"data={ICL_DATA}", "-T", "shots=1,4", "-T", "test_size=6"], "correct"),
 ])

@@ -30,7 +30,7 @@ def test_a_run_passes_against_itself(tmp_path, capsys):
     code, out, err = invoke(capsys, "check", str(run), "--baseline", str(run))
     assert code == 0, out + err
     assert "## evalsuite check: PASS" in out
-    assert out.count("| ok |") == 2
+    assert out.count("| ok |") == 4  # correct_all, correct_mean and their lenient twins
 
 
 def test_a_random_checkpoint_fails_against_the_baseline(tmp_path, tiny_models, monkeypatch):
@@ -41,13 +41,13 @@ def test_a_random_checkpoint_fails_against_the_baseline(tmp_path, tiny_models, m
     junit = tmp_path / "check.xml"
     result = run_cli("check", str(candidate), "--baseline", str(baseline), "--junit", str(junit))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "FAIL (2 regressions)" in result.stdout
+    assert "FAIL (4 regressions)" in result.stdout
     assert "| needle-tiny-base" in result.stdout and "**REGRESSION**" in result.stdout
     assert summary_file.read_text().strip() == result.stdout.strip()
     root = ET.parse(junit).getroot()
-    assert root.get("tests") == "2" and root.get("failures") == "2"
+    assert root.get("tests") == "4" and root.get("failures") == "4"
     cases = root.findall("./testsuite/testcase")
-    assert {c.get("name") for c in cases} == {"correct_all", "correct_mean"}
+    assert {c.get("name") for c in cases} == {"correct_all", "correct_mean", "correct_all_lenient", "correct_mean_lenient"}
     assert all(c.find("failure") is not None for c in cases)
 
 
@@ -206,7 +206,8 @@ def test_a_suite_result_is_checked_run_by_run(tmp_path, capsys):
     assert invoke(capsys, "check", str(good), "--baseline", str(good))[0] == 0
     result = check(bad, good)
     assert {(c.name, c.metric) for c in result.failed} == {(n, m) for n in ("short", "long")
-                                                            for m in ("correct_all", "correct_mean")}
+                                                            for m in ("correct_all", "correct_mean",
+                                                                      "correct_all_lenient", "correct_mean_lenient")}
 
 
 def test_a_baseline_run_missing_from_the_candidate_is_bad_input(tmp_path, capsys):

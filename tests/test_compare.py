@@ -72,9 +72,9 @@ def test_needle_oracle_vs_wrong_writes_tables_and_marked_heatmap(tmp_path, capsy
     assert overall.loc["correct_all", "a_only"] == 24 and overall.loc["correct_all", "b_only"] == 0
     assert overall.loc["correct_all", "p_value"] == pytest.approx(2 * 0.5**24)
     cells = pd.read_csv(folder / "cells.csv")
-    assert len(cells) == 2 * 2 * 2  # lengths x depths x metrics
+    assert len(cells) == 2 * 2 * 4  # lengths x depths x metrics (strict and lenient)
     # 6 of 6 discordant in a cell: exact two-sided McNemar p = 2/64 < 0.05, so every cell is marked
-    assert cells["p_value"].tolist() == pytest.approx([2 / 64] * 8)
+    assert cells["p_value"].tolist() == pytest.approx([2 / 64] * 16)
     assert cells["significant"].all()
     assert r"correct\_all" in (folder / "comparison.tex").read_text()
     picture = mpimg.imread(folder / "heatmap_diff.png")
@@ -98,7 +98,7 @@ def test_tiny_diff_vs_base_writes_tables_and_heatmap(tmp_path, tiny_models):
         runs.append(run_task(make_task("needle", params), load_model(str(tiny_models[kind]), {}, "cpu"), options))
     folder = compare_runs(runs[0].path, runs[1].path, tmp_path / "cmp")
     saved = json.loads((folder / "comparison.json").read_text())
-    assert {row["metric"] for row in saved["overall"]} == {"correct_all", "correct_mean"}
+    assert {row["metric"] for row in saved["overall"]} == {"correct_all", "correct_mean", "correct_all_lenient", "correct_mean_lenient"}
     assert all(row["n"] == 4 for row in saved["overall"])
     assert (folder / "heatmap_diff.png").stat().st_size > 1000
     assert (saved["a"]["model"], saved["b"]["model"]) == ("tiny-diff", "tiny-base")

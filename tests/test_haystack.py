@@ -49,7 +49,9 @@ def test_prompt_hits_token_budget_and_needle_sits_at_depth(toy_tokenizer, length
     (request,), info = task.requests(sample, model)
     measured = model.count_tokens(request.prompt)
     assert measured == info["prompt_tokens"]
-    assert length * 0.99 <= measured <= length
+    budget = length - info["answer_budget"]  # prompt + answer = the length the model holds
+    assert info["answer_budget"] == task.tokens_per_query * queries
+    assert budget * 0.99 <= measured <= budget
     # the answer needle is inserted at the boundary nearest the requested depth
     assert info["answer_boundary"] == round(depth * info["haystack_sentences"])
     assert abs(info["measured_depth"] - depth) <= 1.0 / max(1, info["haystack_sentences"]) + 0.02
@@ -120,7 +122,8 @@ def test_text_file_haystack(tmp_path, toy_tokenizer):
     task.check(model)
     (request,), info = task.requests(next(iter(task.plan())), model)
     assert "Sentence number" in request.prompt
-    assert 0.99 * 512 <= info["prompt_tokens"] <= 512
+    budget = 512 - info["answer_budget"]  # a length holds the prompt and the answer
+    assert 0.99 * budget <= info["prompt_tokens"] <= budget
 
 
 def test_text_file_too_short_is_a_user_error(tmp_path, toy_tokenizer):

@@ -21,6 +21,10 @@ from evalsuite.tasks.needle_report import PROMPT_LIMIT, mark, marked_prompt
 PARAMS = {"lengths": "1024,2048", "depths": "0,0.5,1", "samples": "2"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 INSTALL = "apt-get update && apt-get install -y chromium"
+# each run's heatmap, the pair's views from the needle task, then one difference plot per metric
+IMAGES = ["heatmap.png", "heatmap.png", "heatmap_pair.png", "heatmap_diff.png",
+          "difference_correct_all.png", "difference_correct_mean.png",
+          "difference_correct_all_lenient.png", "difference_correct_mean_lenient.png"]
 
 # Injected into a copy of the page under test: after load, write every image's decoded
 # width and every script/resource error into the DOM, which --dump-dom prints.
@@ -69,9 +73,7 @@ def test_page_is_self_contained_with_decodable_images(report):
     for source in sources:
         png = base64.b64decode(source.split(",", 1)[1])
         assert mpimg.imread(io.BytesIO(png), format="png").shape[0] > 100
-    alts = re.findall(r'alt="([^"]*)"', page)
-    assert alts == ["heatmap.png", "heatmap.png", "heatmap_pair.png", "heatmap_diff.png",
-                    "difference_correct_all.png", "difference_correct_mean.png"]
+    assert re.findall(r'alt="([^"]*)"', page) == IMAGES
 
 
 def test_page_holds_configs_tables_and_worst_needle_samples(report):
@@ -95,8 +97,7 @@ def test_page_holds_configs_tables_and_worst_needle_samples(report):
 def test_page_renders_in_headless_chromium(report, tmp_path):
     seen = probe(report, tmp_path)
     assert seen["errors"] == []
-    assert [i["alt"] for i in seen["images"]] == ["heatmap.png", "heatmap.png", "heatmap_pair.png",
-                                                  "heatmap_diff.png"]
+    assert [i["alt"] for i in seen["images"]] == IMAGES
     assert all(i["width"] > 100 for i in seen["images"]), seen["images"]
     assert seen["marks"] >= 20
     shot = tmp_path / "shot.png"

@@ -117,7 +117,9 @@ def episode(
             "filler_seed": rng.randrange(2**31)}
     for target in range(prompt_tokens, prompt_tokens - 8, -1):
         # a short target is sometimes missed by a token (the task allows 1%): aim one lower
-        axes = {"n_needles": needles, "n_queries": queries, "context_length": target, "depth": depth}
+        # the task's length holds the prompt and its answer budget: ask for a prompt of `target`
+        length = target + task.tokens_per_query * queries
+        axes = {"n_needles": needles, "n_queries": queries, "context_length": length, "depth": depth}
         sample = Sample(id="train", task=task.name, axes=axes, target=tuple(numbers[:queries]), data=data)
         try:
             [request], _ = task.requests(sample, counter)  # type: ignore[arg-type]  # a tokenizer is all it needs
