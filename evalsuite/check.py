@@ -43,6 +43,7 @@ from .compare import paired_values, task_spec
 from .errors import UserError
 from .identity import identity_difference, task_identity
 from .records import RunFolder, open_run, write_json_atomic
+from .run_metrics import scored_records, side_metrics
 from .stats import detectable_drop, drop_bound_test, holm, one_sided_bounds
 from .suites import RESULT_FORMAT, read_json_input, suite_runs
 
@@ -93,11 +94,12 @@ def run_outcomes(folder: Path, name: str | None = None) -> Outcomes:
     if not run.complete:
         raise UserError(f"run {folder} is not complete (no summary.json); rerun its command to finish it")
     config = run.read_config()
-    records = run.read_records()
+    records = scored_records(run)  # with the task's side scores (judged accuracy) as metrics
     spec = task_spec(config["task"], records)
+    metrics = (*spec.metrics, *side_metrics(run))
     return Outcomes(
         name=name or run.path.name, run=run.path.name, config=config, ids=tuple(r.id for r in records),
-        scores={m: tuple(_compact(r.scores.get(m)) for r in records) for m in spec.metrics},
+        scores={m: tuple(_compact(r.scores.get(m)) for r in records) for m in metrics},
         errors={r.id: r.error for r in records if r.error}, lower_is_better=spec.lower_is_better,
         clusters=tuple(r.axes.get(spec.cluster_key) for r in records) if spec.cluster_key else None,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from .errors import UserError
 from .identity import identity_difference, task_identity
 from .records import Record, RunFolder, config_hash, open_run, write_json_atomic
 from .report import run_frame
+from .run_metrics import side_metrics
 from .stats import paired_difference
 
 # ---- what a run is: its task identity and the metrics it declares ----------------------------
@@ -281,6 +282,8 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
     frame_a, frame_b = paired_frames(run_a, run_b)
     task = str(run_a.read_config()["task"])
     spec = task_spec(task, run_a.read_records())
+    shared_side = [m for m in side_metrics(run_a) if m in side_metrics(run_b)]  # e.g. a judge both runs had
+    spec = replace(spec, metrics=(*spec.metrics, *shared_side))
     return Comparison(
         run_a=run_a, run_b=run_b, task=task, names=run_names(frame_a, frame_b, run_a, run_b), spec=spec,
         frame_a=frame_a, frame_b=frame_b, alpha=alpha,

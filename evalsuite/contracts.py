@@ -128,6 +128,15 @@ class Judged(Protocol):
 
 
 @runtime_checkable
+class SideScores(Protocol):
+    def side_scores(self, run: RunFolder) -> dict[str, dict[str, float | None]]:
+        """Per-sample scores kept beside the records (judge verdicts), by sample id. Their
+        metrics join the task's declared ones for this run: report, compare, check and the
+        HTML report treat them as any other metric (None: no value for that sample)."""
+        ...
+
+
+@runtime_checkable
 class PairReported(Protocol):
     def pair_report(self, comparison: Any, folder: Path) -> list[Path]:
         """Side-by-side outputs of two runs of this task (a `compare.Comparison`), into `folder`."""
@@ -158,6 +167,7 @@ HOOKS: dict[str, type] = {
     "html_samples": HtmlSamples,
     "judge_step": Judged,
     "judge_table": Judged,
+    "side_scores": SideScores,
     "pair_report": PairReported,
     "shard_key": Sharded,
 }

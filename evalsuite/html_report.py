@@ -16,6 +16,7 @@ import html
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from .errors import UserError
 from .identity import identity_difference, task_identity
 from .records import Record, RunFolder, open_run
 from .report import format_rate, run_frame, summarize, task_for_run
+from .run_metrics import scored_records, side_metrics
 
 WORST = 10  # samples shown per run
 
@@ -124,9 +126,10 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
     if not run.complete:
         raise UserError(f"run {run.path} is not complete (no summary.json); rerun its command to finish it")
     config = run.read_config()
-    records = run.read_records()
+    records = scored_records(run)
     frame = run_frame(run)
     spec = task_spec(config["task"], records)
+    spec = replace(spec, metrics=(*spec.metrics, *side_metrics(run)))  # e.g. judged accuracy
     task = _task_object(run)
     model = config.get("model", {}).get("name", "?")
     if isinstance(task, Plotted):

@@ -15,6 +15,7 @@ import pandas as pd
 from .contracts import Plotted, ReportSection
 from .errors import UserError
 from .records import RunFolder, open_run
+from .run_metrics import scored_records, side_metrics
 from .stats import mean_interval
 
 
@@ -22,7 +23,7 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
     """One row per record: run, model, task, the sample's axes and scores as columns."""
     config = run.read_config()
     rows = []
-    for record in run.read_records():
+    for record in scored_records(run):
         row: dict[str, Any] = {"run": run.path.name, "model": record.model, "task": record.task, "id": record.id}
         row.update(record.axes)
         row.update({k: v for k, v in record.info.items() if not isinstance(v, (list, dict))})
@@ -30,17 +31,17 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
         row["error"] = record.error
         rows.append(row)
     frame = pd.DataFrame(rows)
-    _numeric_metrics(frame, config["task"])
+    _numeric_metrics(frame, config["task"], side_metrics(run))
     frame.attrs["config"] = config
     frame.attrs["run_path"] = str(run.path)  # for tasks whose summary reads side files (judge verdicts)
     return frame
 
 
-def _numeric_metrics(frame: pd.DataFrame, task: str) -> None:
-    """A declared metric's value that is not a number (a damaged record) becomes missing."""
+def _numeric_metrics(frame: pd.DataFrame, task: str, extra: Sequence[str]) -> None:
+    """A metric's value that is not a number (a damaged record, no verdict) becomes missing."""
     from .compare import task_spec
 
-    for metric in task_spec(task).metrics:
+    for metric in (*task_spec(task).metrics, *extra):
         if metric in frame.columns and frame[metric].dtype == object:
             numbers = frame[metric].map(lambda v: float(v) if isinstance(v, (bool, int, float)) else float("nan"))
             if numbers.isna().any():
@@ -125,10 +126,11 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
         frame = run_frame(run)
         if frame.empty:
             raise UserError(f"run {path} holds no samples (samples.jsonl is empty or missing); rerun its command")
-        rows = summarize(frame, task.group_by, task.metrics)
+        metrics = (*task.metrics, *side_metrics(run))
+        rows = summarize(frame, task.group_by, metrics)
         keys = [k for k in task.group_by if k in frame.columns]
         title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
-        sections.append(title + "\n\n" + markdown_table(rows, keys, task.metrics))
+        sections.append(title + "\n\n" + markdown_table(rows, keys, metrics))
         if isinstance(task, ReportSection):  # e.g. judged accuracy, kept beside samples.jsonl
             sections.append(task.report_section(run))
         if plots and isinstance(task, Plotted):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from chat_server import ChatServer, Reply, closed_port_url, document_of, output_of
-from conftest import run_cli
+from conftest import invoke, run_cli
 
 from evalsuite.backends.fake import FakeModel, FakeOptions
 from evalsuite.errors import UserError
@@ -293,6 +293,34 @@ def test_two_models_on_the_same_samples_get_a_paired_mcnemar_comparison(tmp_path
     assert row["only_a"] == int(echo.sum()) and row["only_b"] == int(oracle.sum()) and row["n"] == 6
     table = judge_table(runs, "openai:judge-x")
     assert f"| xsum | openai:judge-x | fake-echo | fake-oracle | 6 | {row['only_a']} | {row['only_b']} |" in table
+
+
+def test_judged_accuracy_is_a_metric_that_check_gates_and_compare_shows(tmp_path, capsys):
+    """A drop in judged accuracy alone (the empty-output rate unchanged) fails the gate."""
+    def judge_says(n, body, headers):  # the baseline's outputs are all supported, the candidate's none
+        return Reply(content=f"Conclusion: {'volunteers' in output_of(body)}")
+
+    with ChatServer(judge_says) as server:
+        judge = make_judge(JudgeSettings(spec="openai:judge-x", base_url=server.url, progress=False),
+                           tmp_path / "cache.sqlite")
+        data = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows(40))
+        runs = {}
+        for name, model in (("good", "fake:target"), ("bad", "fake:echo")):
+            options = RunOptions(out=tmp_path / name, progress=False, judge=judge)
+            [run] = run_models(task(data=str(data), samples="40"), [model], {}, "cpu", 4, options)
+            runs[name] = run.path
+    metric = "judged_openai_judge-x"
+    code, out, err = invoke(capsys, "check", str(runs["bad"]), "--baseline", str(runs["good"]))
+    assert code == 1, err
+    failed = [line for line in out.splitlines() if "REGRESSION" in line]
+    assert [metric in line for line in failed] == [True], out  # empty_output is 0 in both runs
+    assert invoke(capsys, "check", str(runs["good"]), "--baseline", str(runs["good"]))[0] == 0
+    code, out, err = invoke(capsys, "compare", str(runs["good"]), str(runs["bad"]), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert f"| {metric} | 40 | 1.000 | 0.000 | +1.000" in out, out
+    [written] = (tmp_path / "cmp").iterdir()
+    assert (written / f"difference_{metric}.png").is_file()
+    assert f"| {metric} (95% CI) |" in report_runs([runs["bad"]], plots=False)
 
 
 def test_the_hf_judge_runs_through_the_adapter_and_unreadable_verdicts_count_apart(tmp_path, tiny_models):

@@ -20,7 +20,7 @@ import pandas as pd
 from ..records import open_run
 from ..report import format_rate
 from ..stats import mcnemar_exact, wilson_interval
-from . import JudgementFile, judgement_files, label_for
+from . import JudgementFile, judgement_files, label_for, slug
 
 HEURISTIC_NOTE = ("`lexical (heuristic)` is an offline word-overlap heuristic (every number and capitalised "
                   "word of the output must occur in the document), not a judge model.")
@@ -56,6 +56,25 @@ def cell(part: pd.DataFrame) -> dict[str, Any]:
             "accuracy_high": high if n else None, "n": n, "true": true,
             "unparseable": int((part["status"] == "unparseable").sum()),
             "errors": int((part["status"] == "error").sum()), "missing": int((part["status"] == "missing").sum())}
+
+
+def judged_metric(judge: str) -> str:
+    """The metric name of one judge's accuracy: `judged_<judge as a file-safe name>`."""
+    return f"judged_{slug(judge)}"
+
+
+def judged_scores(run_path: Path) -> dict[str, dict[str, float | None]]:
+    """Sample id -> {judged_<judge>: 1.0 judged True, 0.0 answered otherwise (unparseable
+    included, as in the accuracy tables), None no answer yet (a judge error, not judged)}."""
+    folder = Path(run_path) / "judgements"
+    scores: dict[str, dict[str, float | None]] = {}
+    for judge in judgement_files(folder):
+        metric = judged_metric(judge)
+        for sample_id, verdict in JudgementFile(folder, judge).read().items():
+            answered = verdict.status in ("judged", "unparseable")
+            value = (1.0 if verdict.verdict is True else 0.0) if answered else None
+            scores.setdefault(sample_id, {})[metric] = value
+    return scores
 
 
 def judge_summaries(run_path: Path) -> dict[str, Any]:

@@ -384,6 +384,14 @@ class Hallucination:
         return judge_table([run.path])
 
     @staticmethod
+    def side_scores(run: RunFolder) -> dict[str, dict[str, float | None]]:
+        """Judged accuracy as metrics, one per judge with verdicts in the run (`judged_<judge>`),
+        so that compare and check see a drop in it; the verdicts stay in judgements/."""
+        from ..judges.tables import judged_scores
+
+        return judged_scores(run.path)
+
+    @staticmethod
     def judge_table(paths: Sequence[Path], judge: str | None = None) -> str:
         from ..judges.tables import judge_table
 
