@@ -75,6 +75,20 @@ class ModelAdapter(Protocol):
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]: ...
 
 
+@runtime_checkable
+class TokenLoglikelihood(Protocol):
+    """Optional: log-likelihoods of token-id pairs. The lm-eval wrapper scores rolling text
+    with lm-eval's own token windows through it; without it, it cuts text at whitespace."""
+
+    prefix_token_id: int  # what a text's first token is conditioned on (BOS, else EOS), as in lm-eval
+
+    def encode(self, text: str, first: bool = True) -> list[int]: ...
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Loglikelihood]:
+        """Each (context ids, continuation ids): log p(continuation | context), as `loglikelihood`."""
+        ...
+
+
 # ---- capabilities beyond generate/loglikelihood -----------------------------------------------
 
 ATTENTION_QUANTIZATION = "attention_quantization"

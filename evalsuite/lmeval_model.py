@@ -28,7 +28,7 @@ import lm_eval.models  # noqa: F401  (lm-eval fills its registry lazily only whi
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from .adapter import GenerationRequest, LoglikelihoodRequest, ModelAdapter
+from .adapter import GenerationRequest, LoglikelihoodRequest, ModelAdapter, TokenLoglikelihood
 from .distributed import barrier, device_for, init, world_from_env
 from .errors import UserError
 
@@ -125,18 +125,35 @@ class EvalsuiteLM(LM):
         return results
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
-        """Whole-text log-likelihood. A text longer than the model's context is cut at
-        whitespace into pieces of at most half the context; each piece is scored after
-        the text before it (the adapter keeps as much of that as fits), so every token
+        """Whole-text log-likelihood, with lm-eval's rolling token windows when the adapter
+        scores token ids (the hf backend). Otherwise a text longer than the model's context
+        is cut at whitespace into pieces of at most half the context; each piece is scored
+        after the text before it (the adapter keeps as much of that as fits), so every token
         is predicted once, with as much context as the window allows."""
-        pieces = [self._rolling_pieces(r.args[0]) for r in requests]
-        flat = [loglikelihood_request(text[:start], text[start:stop]) for text, spans in
-                zip((r.args[0] for r in requests), pieces) for start, stop in spans]
-        scores = iter(out.logprob for out in self.adapter.loglikelihood(flat))
-        totals = [sum(next(scores) for _ in spans) for spans in pieces]
+        texts = [r.args[0] for r in requests]
+        if isinstance(self.adapter, TokenLoglikelihood):
+            totals = self._rolling_token_windows(self.adapter, texts)
+        else:
+            pieces = [self._rolling_pieces(text) for text in texts]
+            flat = [loglikelihood_request(text[:start], text[start:stop]) for text, spans in zip(texts, pieces)
+                    for start, stop in spans]
+            scores = iter(out.logprob for out in self.adapter.loglikelihood(flat))
+            totals = [sum(next(scores) for _ in spans) for spans in pieces]
         for request, total in zip(requests, totals):
             self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
         return totals
+
+    def _rolling_token_windows(self, adapter: TokenLoglikelihood, texts: Sequence[str]) -> list[float]:
+        """lm-eval's own rolling windows over each text's tokens (as its hf backend makes them:
+        the text encoded as a prompt, its first token conditioned on the prefix token, windows
+        of the model's context that predict every token once), scored as token pairs."""
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+        windows = [[make_disjoint_window(w) for w in get_rolling_token_windows(
+            token_list=adapter.encode(text), prefix_token=adapter.prefix_token_id,
+            max_seq_len=self.adapter.max_context, context_len=1)] for text in texts]
+        scores = iter(out.logprob for out in adapter.loglikelihood_tokens([w for ws in windows for w in ws]))
+        return [sum(next(scores) for _ in ws) for ws in windows]
 
     def _rolling_pieces(self, text: str) -> list[tuple[int, int]]:
         budget = max(1, self.adapter.max_context // 2)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from evalsuite.backends.fake import FakeModel, FakeOptions
 from evalsuite.backends.hf import HFModel
 from evalsuite.errors import UserError
 from evalsuite.haystack import builtin_sentences
@@ -192,7 +193,7 @@ def test_bits_sweep_and_load_time_quantization_do_not_mix(tiny_models):
 def test_wrapper_generates_greedily_and_scores_rolling_text(diff_model, tiny_models):
     from lm_eval.api.instance import Instance
 
-    from evalsuite.adapter import GenerationRequest, LoglikelihoodRequest
+    from evalsuite.adapter import GenerationRequest
     from evalsuite.lmeval_model import EvalsuiteLM
 
     lm = EvalsuiteLM(diff_model)
@@ -203,11 +204,35 @@ def test_wrapper_generates_greedily_and_scores_rolling_text(diff_model, tiny_mod
     with pytest.raises(UserError, match="greedily"):
         lm.generate_until([Instance("generate_until", {}, (prompt, {"do_sample": True}), 0)])
     rolling = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (prompt,), 0)])
-    assert rolling == [diff_model.loglikelihood([LoglikelihoodRequest("", prompt)])[0].logprob]
-    short = EvalsuiteLM(HFModel.load(str(tiny_models["diff"]), {"max_context": "24"}, device="cpu"))
-    text = " ".join([prompt] * 8)
+    assert rolling[0] < 0
+
+
+def test_rolling_loglikelihood_equals_lm_eval_hf_backend_over_several_windows(tiny_models):
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from evalsuite.lmeval_model import EvalsuiteLM
+
+    folder = str(tiny_models["diff"])
+    sentences = builtin_sentences(random.Random(5))
+    texts = [" ".join(next(sentences) for _ in range(n)) for n in (1, 4, 9)]
+    requests = [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
+    reference = HFLM(pretrained=folder, dtype="float32", max_length=24, device="cpu", batch_size=4)
+    ours = EvalsuiteLM(HFModel.load(folder, {"max_context": "24", "dtype": "float32"}, device="cpu", batch_size=3))
+    expected = reference.loglikelihood_rolling(requests, disable_tqdm=True)
+    assert ours.adapter.count_tokens(texts[-1]) > 3 * 24  # several windows
+    assert ours.loglikelihood_rolling(requests) == pytest.approx(expected, abs=1e-4)
+
+
+def test_rolling_text_without_token_scoring_is_cut_at_whitespace():
+    from lm_eval.api.instance import Instance
+
+    from evalsuite.lmeval_model import EvalsuiteLM
+
+    short = EvalsuiteLM(FakeModel("echo", FakeOptions(max_context=24)))
+    text = " ".join(["The farmer carried a wooden basket near the river."] * 8)
     spans = short._rolling_pieces(text)
     assert spans[0][0] == 0 and spans[-1][1] == len(text) and len(spans) > 2
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous: every character scored once
     assert all(short.adapter.count_tokens(text[s:e]) <= 12 for s, e in spans)
-    assert short.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0] < rolling[0]
+    assert isinstance(short.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0], float)

@@ -16,7 +16,7 @@ import torch
 from ...adapter import GenerationRequest, Loglikelihood, LoglikelihoodRequest
 from ...errors import UserError
 from .choices import END, ChoiceTrie, Row
-from .prefix_cache import Prefix, PrefixCache
+from .prefix_cache import PREFIX_TAIL, Prefix, PrefixCache
 
 
 class Decoding(PrefixCache):
@@ -64,9 +64,32 @@ class Decoding(PrefixCache):
             positions = positions + prefix.length
             mask = torch.cat([mask.new_ones((len(rows), prefix.length)), mask], dim=1)
             use_cache = True
+        if bool((mask == 0).any()) and ids.shape[1] > self.options.prefill_chunk:
+            return self._chunked_forward(ids, mask, positions, cache, keep), mask, positions
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                          use_cache=use_cache, logits_to_keep=keep)
         return out, mask, positions
+
+    def _chunked_forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any,
+                         keep: int) -> Any:
+        """Padded rows through the model a slice of columns at a time, over a KV cache.
+
+        With padding the attention implementation needs an explicit mask, and for a whole
+        prompt that mask is rows x width x width: quadratic memory (gigabytes per row at
+        16K tokens). A slice's mask is rows x slice x seen, so peak memory grows linearly
+        with the prompt. The last slice holds the `keep` positions whose logits are asked for."""
+        width, seen_before = ids.shape[1], mask.shape[1] - ids.shape[1]  # columns of a cached prefix
+        tail_start = max(0, width - keep)
+        starts = list(range(0, tail_start, self.options.prefill_chunk)) + [tail_start]
+        out = None
+        for start, end in zip(starts, starts[1:] + [width]):
+            if start == end:
+                continue
+            out = self.model(input_ids=ids[:, start:end], attention_mask=mask[:, : seen_before + end],
+                             position_ids=positions[:, start:end], past_key_values=cache, use_cache=True,
+                             logits_to_keep=keep if end == width else 1)
+            cache = out.past_key_values
+        return out
 
     # ---- generation ----------------------------------------------------------------------
 
@@ -91,8 +114,7 @@ class Decoding(PrefixCache):
                         ) -> list[str]:
         out, mask, positions = self._forward(rows, prefix, keep=1, use_cache=True)
         cache = out.past_key_values
-        states = [Row(r, ChoiceTrie(r.choices, lambda c: self.encode(c, first=False)) if r.choices else None)
-                  for r in requests]
+        states = [Row(r, self._choice_trie(r) if r.choices else None) for r in requests]
         logits = out.logits[:, -1]
         while True:
             feed = [self._advance(s, logits[i]) if s.active else self.pad_id for i, s in enumerate(states)]
@@ -106,6 +128,11 @@ class Decoding(PrefixCache):
             cache = out.past_key_values
             logits = out.logits[:, -1]
         return [s.text for s in states]
+
+    def _choice_trie(self, request: GenerationRequest) -> ChoiceTrie:
+        """The request's choices as token ids after its prompt (split as lm-eval splits)."""
+        before = request.prefix[-PREFIX_TAIL:] + request.prompt
+        return ChoiceTrie(request.choices or (), lambda c: self.encode_after(before, c, first=not request.prefix))
 
     def _advance(self, row: Row, logits: torch.Tensor) -> int:
         """One greedy step for `row`: the token to feed next; marks the row done when its
@@ -141,11 +168,9 @@ class Decoding(PrefixCache):
         results: list[Loglikelihood | None] = [None] * len(requests)
         for prefix, indices in self._groups(requests):
             group = [requests[i] for i in indices]
-            continuations = [self.encode(r.continuation, first=False) for r in group]
-            for r, continuation in zip(group, continuations):
-                if not continuation:
-                    raise UserError(f"empty continuation after tokenization: {r.continuation!r}")
-            state, contexts = self._rows_for(prefix, group, [r.context for r in group],
+            split = [self._split_continuation(r) for r in group]
+            continuations = [ids for _, ids in split]
+            state, contexts = self._rows_for(prefix, group, [context for context, _ in split],
                                              extra=[len(c) for c in continuations])
             pairs = list(zip(contexts, continuations))
             width = state.length if state else 0
@@ -159,18 +184,48 @@ class Decoding(PrefixCache):
                     results[indices[i]] = result
         return results  # type: ignore[return-value]
 
+    def _split_continuation(self, request: LoglikelihoodRequest) -> tuple[str, list[int]]:
+        """(context text, continuation ids) as lm-eval makes them: the context's trailing
+        whitespace moves to the continuation, whose ids are what follows the context when
+        both are encoded as one string."""
+        context, continuation = request.context, request.continuation
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        before = request.prefix[-PREFIX_TAIL:] + context
+        ids = self.encode_after(before, continuation, first=not request.prefix)
+        if not ids:
+            raise UserError(f"empty continuation after tokenization: {request.continuation!r}")
+        return context, ids
+
+    @property
+    def prefix_token_id(self) -> int:
+        """What lm-eval conditions a text's first token on: BOS, else EOS."""
+        bos = self.tokenizer.bos_token_id
+        return int(bos if bos is not None else self.tokenizer.eos_token_id)
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Loglikelihood]:
+        """Log-likelihoods of (context ids, continuation ids) pairs (lm-eval's rolling windows)."""
+        rows = [(list(c), list(k)) for c, k in pairs]
+        results: list[Loglikelihood | None] = [None] * len(rows)
+        for batch in self._batches([len(c) + len(k) for c, k in rows]):
+            for i, result in zip(batch, self._loglikelihood_batch([rows[i] for i in batch], None)):
+                results[i] = result
+        return results  # type: ignore[return-value]
+
     @torch.inference_mode()
     def _loglikelihood_batch(self, pairs: list[tuple[list[int], list[int]]], prefix: Prefix | None
                              ) -> list[Loglikelihood]:
-        # Left padding puts every continuation at the end of its row, so the logits we
-        # need are the last (longest continuation + 1) positions only.
-        rows = [c + k if prefix else (c + k)[-self.max_context :] for c, k in pairs]
-        keep = max(len(k) for _, k in pairs) + 1
+        # The last continuation token is predicted, never fed: the input is (context +
+        # continuation)[:-1], cut from the left to the model's context as lm-eval cuts it.
+        # Left padding puts every continuation's predictions at the end of its row.
+        rows = [(c + k)[:-1] if prefix else (c + k)[-(self.max_context + 1) :][:-1] for c, k in pairs]
+        keep = max(len(k) for _, k in pairs)
         logits = self._forward(rows, prefix, keep=keep, use_cache=False)[0].logits
         results = []
         for row, (_, cont) in enumerate(pairs):
             n = len(cont)
-            row_logits = logits[row, -n - 1 : -1].float().log_softmax(-1)
+            row_logits = logits[row, -n:].float().log_softmax(-1)
             target = torch.tensor(cont, device=row_logits.device)
             logprob = row_logits.gather(-1, target[:, None]).sum().item()
             greedy = bool((row_logits.argmax(-1) == target).all())

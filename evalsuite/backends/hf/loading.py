@@ -29,6 +29,7 @@ class HFOptions:
     trust_remote_code: bool = False
     max_context: int = 0  # 0: the model config's max_position_embeddings
     max_batch_tokens: int = 32768  # padded tokens per forward pass, caps --batch-size for long prompts
+    prefill_chunk: int = 1024  # padded rows are prefilled this many columns at a time (linear mask memory)
     prefix_cache: bool = True  # encode a shared prefix once and reuse its KV cache (same results)
     attn_quant: str = "none"  # none | absmax:<bits>: quantize the pre-softmax attention logits (evalsuite.quant)
     attn_quant_granularity: str = "tensor"  # tensor | head | row: what one absmax scale covers
@@ -46,8 +47,8 @@ class HFOptions:
             raise ValueError(f"-M dtype must be auto or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2", "flex_attention"):
             raise ValueError(f"-M attn_implementation {self.attn_implementation!r} is not supported")
-        if self.max_context < 0 or self.max_batch_tokens <= 0:
-            raise ValueError("-M max_context must be >= 0 and -M max_batch_tokens > 0")
+        if self.max_context < 0 or self.max_batch_tokens <= 0 or self.prefill_chunk <= 0:
+            raise ValueError("-M max_context must be >= 0, -M max_batch_tokens and -M prefill_chunk > 0")
 
 
 def resolve_device(device: str) -> torch.device:

@@ -11,6 +11,10 @@ import torch
 
 from .loading import HFOptions
 
+# characters of a long prefix that stand for it when a piece after it is encoded: enough
+# context to settle the piece's first tokens without encoding many-shot prefixes again
+PREFIX_TAIL = 256
+
 
 class PrefixCache:
     """Mixin of HFModel: grouping requests by prefix and keeping one prefix's cache."""
@@ -31,12 +35,23 @@ class PrefixCache:
         specials = first and not self.chat_template
         return self.tokenizer(text, add_special_tokens=specials)["input_ids"]
 
+    def encode_after(self, before: str, text: str, first: bool) -> list[int]:
+        """The ids of `text` as they come after `before` in one string, as lm-eval splits a
+        context from its continuation: encode both whole and drop the ids of `before` alone.
+        Encoding `text` on its own differs with tokenizers that mark the start of every
+        string they encode (legacy SentencePiece: " yes" alone is ['▁', '▁yes'], after a
+        word only ['▁yes']). `first`: `before` starts the prompt (BOS on both encodings)."""
+        if not before:
+            return self.encode(text, first=False)
+        head = self.encode(before, first=first)
+        return self.encode(before + text, first=first)[len(head):]
+
     def encode_pair(self, prefix: str, text: str) -> list[int]:
-        """prefix + text, each piece encoded on its own so that the prefix's ids (and
-        its KV cache) are the same for every request that shares it."""
+        """prefix + text: the prefix's ids on their own, so that they (and its KV cache) are
+        the same for every request that shares it, then the ids of `text` after it."""
         if not prefix:
             return self.encode(text)
-        return self.encode(prefix) + self.encode(text, first=False)
+        return self.encode(prefix) + self.encode_after(prefix[-PREFIX_TAIL:], text, first=False)
 
     def _groups(self, requests: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
         """Request indices grouped by shared prefix, in order of first appearance, so the
@@ -56,7 +71,7 @@ class PrefixCache:
         extra within max_context), else whole prompts encoded as `encode_pair` does."""
         attention = self._attention_state() if prefix and self._cacheable else None
         if prefix and attention is not None:
-            parts = [self.encode(t, first=False) for t in texts]
+            parts = [self.encode_after(prefix[-PREFIX_TAIL:], t, first=False) for t in texts]
             if all(parts):
                 state = self._prefix_for(prefix, attention)
                 longest = max(len(p) + e for p, e in zip(parts, extra or [0] * len(parts)))
