@@ -98,7 +98,8 @@ def test_tiny_diff_vs_base_writes_tables_and_heatmap(tmp_path, tiny_models):
         runs.append(run_task(make_task("needle", params), load_model(str(tiny_models[kind]), {}, "cpu"), options))
     folder = compare_runs(runs[0].path, runs[1].path, tmp_path / "cmp")
     saved = json.loads((folder / "comparison.json").read_text())
-    assert {row["metric"] for row in saved["overall"]} == {"correct_all", "correct_mean", "correct_all_lenient", "correct_mean_lenient"}
+    assert {row["metric"] for row in saved["overall"]} == {"correct_all", "correct_mean", "correct_all_lenient",
+                                                           "correct_mean_lenient"}
     assert all(row["n"] == 4 for row in saved["overall"])
     assert (folder / "heatmap_diff.png").stat().st_size > 1000
     assert (saved["a"]["model"], saved["b"]["model"]) == ("tiny-diff", "tiny-base")
