@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import UserError, unknown
+from ..http_client import check_http_url
 
 KINDS = ("openai", "hf", "lexical")
 PROMPT_VERSION = 1  # bump when the judge prompt changes: verdicts of different prompts differ
@@ -181,13 +181,6 @@ class JudgeSettings:
     @property
     def endpoint(self) -> str:
         return (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
-
-
-def check_http_url(url: str, option: str) -> None:
-    """Only http(s) endpoints with a host: a file:// or malformed URL is refused before any request."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{option} must be an http:// or https:// URL with a host, got {url!r}")
 
 
 class Judge(Protocol):

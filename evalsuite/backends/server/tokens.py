@@ -1,0 +1,81 @@
+"""Counting tokens for a served model: with a local tokenizer, or through the server.
+
+Tasks size their prompts in the model's tokens (haystacks to an exact budget), so
+counts must be the served model's. `-M tokenizer=FOLDER|HUB_ID|NAMED_MODEL` loads that
+tokenizer here (no weights); without it, counts come from the server's `/tokenize`
+(vLLM and SGLang offer it beside `/v1`), cached because haystack fitting asks often.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...http_client import HttpClient, json_body, malformed
+from ...registry import resolve_model_name
+
+CACHE_LIMIT = 100_000  # counts kept before the cache is cleared (keys are digests, not texts)
+
+
+def load_tokenizer(spec: str) -> Any:
+    """A transformers tokenizer from a folder, a cached hub id, or a named model (toy-base)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve_model_name(spec) or spec
+    kind, sep, rest = resolved.partition(":")
+    location, kwargs = resolved, {}
+    if sep and kind == "hf":
+        location = rest
+    elif sep and kind == "gguf":
+        location, kwargs = str(Path(rest).parent), {"gguf_file": Path(rest).name}
+    try:
+        return AutoTokenizer.from_pretrained(location, **kwargs)
+    except Exception as exc:  # transformers raises OSError, ValueError, hub errors... for a bad location
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"-M tokenizer={spec}: could not load a tokenizer: {first_line}") from None
+
+
+def tokenizer_sha256(tokenizer: Any) -> str:
+    """The vocabulary's hash, as the hf backend fingerprints it."""
+    return hashlib.sha256(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode()).hexdigest()
+
+
+class ServerTokenCounter:
+    """Token counts from `POST {root}/tokenize` (vLLM's shape: {"count": n} or {"tokens": [...]})."""
+
+    def __init__(self, root: HttpClient, model: str, add_special_tokens: bool):
+        self.root = root
+        self.model = model
+        self.add_special_tokens = add_special_tokens
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if key not in self._counts:
+            if len(self._counts) >= CACHE_LIMIT:
+                self._counts.clear()
+            self._counts[key] = self._ask(text)
+        return self._counts[key]
+
+    def _ask(self, text: str) -> int:
+        body = json_body({"model": self.model, "prompt": text, "add_special_tokens": self.add_special_tokens})
+        result = self.root.call("/tokenize", body, self._parse)
+        if result.outcome == "ok":
+            return int(result.content)
+        if result.error.startswith("HTTP 404") or result.error.startswith("HTTP 405"):
+            raise UserError(f"server {self.root.public_url} offers no /tokenize to count tokens, which this task "
+                            "needs; give -M tokenizer=FOLDER|HUB_ID|NAME (the served model's tokenizer)")
+        raise UserError(f"server {self.root.public_url}/tokenize: {result.error}")
+
+    def _parse(self, raw: bytes) -> int:
+        try:
+            body = json.loads(raw)
+            count = body["count"] if "count" in body else len(body["tokens"])
+        except (ValueError, KeyError, TypeError):
+            raise malformed(raw, self.root.scrub, "expected {\"count\": n} or {\"tokens\": [...]}") from None
+        if not isinstance(count, int) or count < 0:
+            raise malformed(raw, self.root.scrub, "count is not a token count")
+        return count

@@ -1,0 +1,156 @@
+"""A real OpenAI-compatible completions server on 127.0.0.1, in a thread, backed by a real model.
+
+It serves an evalsuite hf model (toy-base in the tests) the way vLLM serves one:
+
+    GET  /v1/models        {"data": [{"id", "root", "max_model_len"}]}
+    POST /v1/completions   greedy text (temperature 0, stop, max_tokens); with echo + logprobs,
+                           the prompt's tokens with their log-probs, BOS first ("<bos>", None),
+                           then `max_tokens` greedy tokens, as vLLM echoes them
+    POST /tokenize         {"count", "tokens", "max_model_len"}
+
+Modes make it a lesser server: `echo=False` ignores echo and sends no logprobs (llama.cpp-like),
+`echo_status=400` refuses echo requests, `tokenize=False` has no /tokenize, `models=False` no
+/v1/models. It records every request's body and headers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import torch
+
+from evalsuite.adapter import GenerationRequest
+
+
+@dataclass
+class Modes:
+    echo: bool = True
+    echo_status: int = 200
+    tokenize: bool = True
+    models: bool = True
+    error_status: int = 0  # answer every completion with this status, echoing the Authorization header
+
+
+class CompletionsServer:
+    def __init__(self, model: Any, served_name: str = "toy-base", modes: Modes | None = None):
+        self.model = model  # an evalsuite HFModel
+        self.served_name = served_name
+        self.modes = modes or Modes()
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._model_lock = threading.Lock()  # the model's prefix cache is not thread-safe
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> CompletionsServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # ---- answers ---------------------------------------------------------------------------
+
+    def models(self) -> tuple[int, dict]:
+        if not self.modes.models:
+            return 404, {"error": "not found"}
+        return 200, {"object": "list", "data": [{"id": self.served_name, "object": "model", "root": "/models/toy-base",
+                                                 "max_model_len": self.model.max_context}]}
+
+    def tokenize(self, body: dict) -> tuple[int, dict]:
+        if not self.modes.tokenize:
+            return 404, {"error": "not found"}
+        ids = self.model.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
+        return 200, {"count": len(ids), "tokens": ids, "max_model_len": self.model.max_context}
+
+    def completions(self, body: dict, headers: dict) -> tuple[int, dict]:
+        if self.modes.error_status:
+            return self.modes.error_status, {"error": "bad request", "headers": headers.get("Authorization", "")}
+        if body.get("model") != self.served_name:
+            return 404, {"error": f"model {body.get('model')} does not exist"}
+        echo = body.get("echo") and self.modes.echo
+        if body.get("echo") and self.modes.echo_status != 200:
+            return self.modes.echo_status, {"error": "echo is not supported"}
+        with self._model_lock:
+            choice = self._echo(body) if echo else self._generate(body)
+        return 200, {"id": "cmpl-1", "object": "text_completion", "model": self.served_name, "choices": [choice]}
+
+    def _generate(self, body: dict) -> dict:
+        request = GenerationRequest(prompt=body["prompt"], max_new_tokens=body["max_tokens"],
+                                    stop=tuple(body.get("stop") or ()))
+        text = self.model.generate([request])[0]
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}
+
+    @torch.inference_mode()
+    def _echo(self, body: dict) -> dict:
+        """The prompt's tokens and log-probs, then max_tokens greedy tokens, as vLLM echoes them."""
+        tokenizer, top_n = self.model.tokenizer, int(body.get("logprobs") or 0)
+        ids = tokenizer(body["prompt"])["input_ids"]
+        prompt_length = len(ids)
+        for _ in range(body.get("max_tokens", 0)):
+            ids.append(int(self._logprobs(ids)[-1].argmax()))
+        logits = self._logprobs(ids)
+        texts = [tokenizer.decode([i]) for i in ids]
+        token_logprobs: list[float | None] = [None] + [float(logits[p - 1, ids[p]]) for p in range(1, len(ids))]
+        top: list[dict | None] = [None]
+        for p in range(1, len(ids)):
+            values, indices = logits[p - 1].topk(top_n)
+            top.append({tokenizer.decode([int(i)]): float(v) for v, i in zip(values, indices)})
+        offsets = [sum(len(t) for t in texts[:p]) for p in range(len(texts))]
+        return {"index": 0, "text": body["prompt"] + tokenizer.decode(ids[prompt_length:]), "finish_reason": "length",
+                "logprobs": {"tokens": texts, "token_logprobs": token_logprobs, "text_offset": offsets,
+                             "top_logprobs": top}}
+
+    def _logprobs(self, ids: list[int]) -> torch.Tensor:
+        return self.model.model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+
+    # ---- HTTP ------------------------------------------------------------------------------
+
+    def _reply(self, handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+        raw = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(raw)))
+        handler.end_headers()
+        handler.wfile.write(raw)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                server.headers.append(dict(self.headers.items()))
+                if self.path.rstrip("/") == "/v1/models":
+                    server._reply(self, *server.models())
+                else:
+                    server._reply(self, 404, {"error": "not found"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                headers = dict(self.headers.items())
+                server.bodies.append(body)
+                server.headers.append(headers)
+                path = self.path.rstrip("/")
+                if path == "/v1/completions":
+                    server._reply(self, *server.completions(body, headers))
+                elif path == "/tokenize":
+                    server._reply(self, *server.tokenize(body))
+                else:
+                    server._reply(self, 404, {"error": "not found"})
+
+            def log_message(self, *args: object) -> None:
+                pass  # keep test output clean
+
+        return Handler
