@@ -124,6 +124,54 @@ class ActivationProbe(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AttentionMass:
+    """What query rows pay to spans of key positions: `mass[l, h, r, s]` is the sum of head h's
+    attention weights (layer `layers[l]`, query row r) over span s (a numpy array)."""
+
+    layers: tuple[int, ...]
+    mass: Any  # numpy float64, shape (layers, heads, query rows, spans)
+    attention_map: str  # "softmax", or "differential": DIFF heads, (w1 - λ·w2) / normalisation
+    normalisation: str = ""  # differential maps: "1 - lambda_init", "1 - lambda" or "1"
+    lambdas: tuple[float, ...] = ()  # differential maps: λ of each layer in `layers`
+
+
+@runtime_checkable
+class AttentionAllocation(Protocol):
+    """ATTENTION_ALLOCATION: the attention a few query rows pay to spans of key positions, per
+    layer and head, computed from those rows only (memory linear in the prompt)."""
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` as a full prompt (what `count_tokens` counts) and each token's
+        character span in `text` ((0, 0) for special tokens the tokenizer adds)."""
+        ...
+
+    def attention_layers(self) -> int:
+        """How many layers have attention (valid layer indices are 0 .. this - 1)."""
+        ...
+
+    def attention_mass(self, ids: Sequence[int], queries: Sequence[int], spans: Sequence[tuple[int, int]],
+                       layers: Sequence[int] | None = None, differential_norm: str = "lambda_init") -> AttentionMass:
+        """Causal attention of the rows at positions `queries` of the prompt `ids` on each key span
+        [start, end), for `layers` (None: all); DIFF layers give their differential heads, divided
+        by 1 - λ_init (`differential_norm` "lambda_init"), 1 - λ ("lambda") or 1 ("none")."""
+        ...
+
+
+@runtime_checkable
+class TokenNLL(Protocol):
+    """TOKEN_NLL: the teacher-forced negative log-likelihood of every token of token windows,
+    in memory linear in the window (no sequence x vocabulary logits tensor)."""
+
+    def encode(self, text: str, first: bool = True) -> list[int]:
+        """Token ids of `text`; with `first`, the special tokens a prompt starts with (BOS)."""
+        ...
+
+    def token_nll(self, windows: Sequence[Sequence[int]]) -> list[list[float]]:
+        """For each window, -log p(window[i] | window[:i]) for i = 1 .. len - 1 (natural log)."""
+        ...
+
+
 class ProbeRequest(Protocol):
     """A request that measures the model itself through one capability."""
 

@@ -189,7 +189,9 @@ def _run_suite(suite: str | None, task: str | None, task_options: tuple[str, ...
 
 def _headline(summary: dict) -> str:
     overall = summary.get("overall", {})
-    parts = [f"n={summary.get('n')}"]
+    parts = [f"n={overall.get('n', summary.get('n'))}"]
+    if overall.get("n", summary.get("n")) != summary.get("n"):  # samples the task skipped on purpose
+        parts.append(f"records={summary.get('n')}")
     for key, value in overall.items():
         if isinstance(value, float) and not key.endswith(("_low", "_high")):
             parts.append(f"{key}={value:.3f}")

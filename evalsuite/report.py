@@ -69,10 +69,21 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
             mean, low, high = mean_interval(values.tolist())
             row[metric] = mean
             row[f"{metric}_low"], row[f"{metric}_high"] = low, high
-        row["n"] = len(part)
+        row["n"] = _counted(part, metrics)
         row["errors"] = int(part["error"].notna().sum()) if "error" in part.columns else 0
         rows.append(row)
     return [{k: _plain(v) for k, v in row.items()} for row in rows]
+
+
+def _counted(part: pd.DataFrame, metrics: Sequence[str]) -> int:
+    """Samples that were scored or failed: a sample the task skipped on purpose (an `nll`
+    document shorter than the window) has neither scores nor an error and is not counted."""
+    present = [m for m in metrics if m in part.columns]
+    if not present:
+        return len(part)
+    scored = part[present].apply(pd.to_numeric, errors="coerce").notna().any(axis=1)
+    failed = part["error"].notna() if "error" in part.columns else False
+    return int((scored | failed).sum())
 
 
 def _plain(value: Any) -> Any:

@@ -4,6 +4,7 @@ One implementation of each thing, used by every report, `compare` and `check`:
 
 - `wilson_interval` / `mean_interval`: a rate's 95% interval (Wilson for pass/fail,
   Student t otherwise);
+- `mean_band`: a mean and its 95% bootstrap interval at many points at once (a curve's band);
 - `paired_difference`: the mean difference of paired outcomes a - b with a 95%
   bootstrap interval and a two-sided p-value (exact McNemar for independent
   pass/fail pairs, a sign-flip permutation test otherwise), resampling whole
@@ -125,6 +126,21 @@ def _sign_flip_p(sums: np.ndarray, resamples: int, seed: int) -> float:
                                   vectorized=True, n_resamples=resamples, alternative="two-sided",
                                   random_state=np.random.default_rng(seed))
     return float(min(1.0, result.pvalue))
+
+
+def mean_band(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[np.ndarray, ...]:
+    """(mean, low, high) per column of a (samples x points) array: the mean over samples and its
+    95% percentile bootstrap interval, each resample drawing whole rows (one set of samples for
+    every point). Rows of paired differences a - b give the paired bootstrap band."""
+    x = np.asarray(values, dtype=float)
+    mean = x.mean(axis=0)
+    if x.shape[0] < 2 or np.all(x == x[0]):
+        spread = np.full(mean.shape, np.nan) if x.shape[0] < 2 else mean
+        return mean, spread, spread
+    batch = max(1, (1 << 22) // x.size)  # resamples drawn at once: a few tens of MB, whatever the shape
+    result = sps.bootstrap((x,), np.mean, axis=0, vectorized=True, n_resamples=resamples, batch=batch,
+                           method="percentile", random_state=np.random.default_rng(seed))
+    return mean, np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
 
 
 # ---- the regression gate ------------------------------------------------------------------------

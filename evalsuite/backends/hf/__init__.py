@@ -6,6 +6,8 @@
     prefix_cache.py   a shared prefix's KV cache, computed once and reused
     choices.py        constrained decoding over a closed set of answers
     capabilities.py   quantized attention and the activation probe
+    attention_share.py  the attention a few query rows pay to spans of the prompt
+    token_nll.py      per-token NLL of long windows, without a sequence x vocabulary tensor
 
 Importing this package imports neither torch nor transformers: the loaders do,
 when a model spec picks this backend.

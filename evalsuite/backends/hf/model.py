@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from ...adapter import ACTIVATION_PROBE, ATTENTION_QUANTIZATION
+from ...adapter import ACTIVATION_PROBE, ATTENTION_ALLOCATION, ATTENTION_QUANTIZATION, TOKEN_NLL
 from ...errors import UserError
 from ...params import build_params
+from .attention_share import AttentionShare
 from .capabilities import Capabilities
 from .decoding import Decoding
 from .loading import (
@@ -25,9 +26,10 @@ from .loading import (
     weights_fingerprint,
 )
 from .prefix_cache import Prefix
+from .token_nll import TokenNLL
 
 
-class HFModel(Decoding, Capabilities):
+class HFModel(Decoding, Capabilities, AttentionShare, TokenNLL):
     """A transformers causal LM behind the model adapter interface."""
 
     def __init__(self, model: Any, tokenizer: Any, options: HFOptions, source: dict[str, Any], batch_size: int):
@@ -43,7 +45,8 @@ class HFModel(Decoding, Capabilities):
         self.max_context = options.max_context or config_max or 2048
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
         self.eos_ids = self._eos_ids()
-        self.capabilities: frozenset[str] = frozenset({ATTENTION_QUANTIZATION, ACTIVATION_PROBE})
+        self.capabilities: frozenset[str] = frozenset({ATTENTION_QUANTIZATION, ACTIVATION_PROBE, ATTENTION_ALLOCATION,
+                                                         TOKEN_NLL})
         self._prefix: Prefix | None = None  # the current shared prefix's cache, kept across calls
         self._cacheable = True
         if self.chat_template and not getattr(tokenizer, "chat_template", None):

@@ -1,0 +1,284 @@
+"""ATTENTION_ALLOCATION for the hf backend: the attention a few query rows pay to spans of key
+positions, per layer and head, without ever holding an n x n attention map.
+
+How one prompt is measured:
+- the prompt goes through the model `PREFILL_ROWS` tokens at a time over a KV cache, so the
+  model's own attention (eager included) never scores more than a slice x prompt block, and
+  tokens after the last query row are never run (causal attention cannot see them);
+- every attention call goes through a thin function registered with transformers'
+  `AttentionInterface` (as `evalsuite.quant` does). It sees the layer's queries and keys with
+  RoPE applied, takes the query rows asked for, then runs the model's own attention unchanged;
+- for those rows the keys are walked in chunks with an online softmax (running max, running sum
+  and running per-span sums, rescaled whenever the max grows), so each span's value is exactly
+  the sum over the span of softmax(q·kᵀ·scaling), in float32, in memory rows x chunk;
+- DiffLlama layers (component heads i and i + H/2 over the same keys, one λ per layer) become
+  the differential map of each DIFF head, (w_i - λ·w_{i+H/2}) / norm; a span sum of that map
+  is the same combination of the two span sums, since both are linear;
+- a forward stops after the deepest selected layer: later layers cannot change earlier ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ...adapter import AttentionMass
+from ...errors import UserError
+
+NAME_PREFIX = "evalsuite_rows_"  # + the model's own implementation, which the wrapper delegates to
+PREFILL_ROWS = 1024  # prompt tokens per forward pass
+KEY_CHUNK_BYTES = 64 << 20  # float32 scores held at once per layer
+DIFF_NORMS = {"lambda_init": "1 - lambda_init", "lambda": "1 - lambda", "none": "1"}
+_LAMBDA_PARAMETERS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init")
+
+
+# ---- the arithmetic ------------------------------------------------------------------------------
+
+
+def span_masses(rows: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor, spans: Sequence[tuple[int, int]],
+                scaling: float, chunk_bytes: int | None = None) -> torch.Tensor:
+    """Causal softmax attention of query `rows` (H, R, d) over `keys` (KV heads, K, d), summed
+    over each span [start, end): (H, R, spans) float32. Row r sits at `positions[r]` and sees
+    keys 0 .. positions[r]; head h reads key head h // (H / KV heads), as transformers' repeat_kv."""
+    heads, n_rows, dim = rows.shape
+    kv_heads = keys.shape[0]
+    device = rows.device
+    grouped = rows.float().reshape(kv_heads, heads // kv_heads * n_rows, dim)  # no copy of the keys per group
+    starts = torch.tensor([s for s, _ in spans], device=device)
+    ends = torch.tensor([e for _, e in spans], device=device)
+    running_max = torch.full((heads, n_rows), -torch.inf, device=device)
+    total = torch.zeros((heads, n_rows), device=device)
+    per_span = torch.zeros((heads, n_rows, len(spans)), device=device)
+    chunk = max(1, (chunk_bytes or KEY_CHUNK_BYTES) // (4 * heads * n_rows))
+    for start in range(0, int(positions.max()) + 1, chunk):
+        key_positions = torch.arange(start, min(start + chunk, int(positions.max()) + 1), device=device)
+        scores = torch.matmul(grouped, keys[:, key_positions].float().transpose(-1, -2))
+        scores = scores.view(heads, n_rows, -1) * scaling
+        scores = scores.masked_fill(key_positions[None, None, :] > positions[None, :, None], -torch.inf)
+        # key 0 is in the first chunk and every row sees it, so the max is finite from then on
+        new_max = torch.maximum(running_max, scores.amax(dim=-1))
+        shrink = torch.exp(running_max - new_max)
+        weights = torch.exp(scores - new_max[..., None])
+        inside = ((key_positions[:, None] >= starts) & (key_positions[:, None] < ends)).float()
+        total = total * shrink + weights.sum(dim=-1)
+        per_span = per_span * shrink[..., None] + torch.matmul(weights, inside)
+        running_max = new_max
+    return per_span / total[..., None]
+
+
+def is_differential(module: Any) -> bool:
+    """A DiffLlama-style layer: two softmax maps per DIFF head and a learned λ."""
+    return all(hasattr(module, name) for name in _LAMBDA_PARAMETERS)
+
+
+def differential_lambda(module: Any, dtype: torch.dtype) -> float:
+    """λ = exp(λq1·λk1) - exp(λq2·λk2) + λ_init, exactly as DiffLlamaAttention computes it
+    (the exponentials in float32, then the queries' dtype)."""
+    first = torch.exp(torch.sum(module.lambda_q1 * module.lambda_k1, dim=-1, dtype=torch.float32)).to(dtype)
+    second = torch.exp(torch.sum(module.lambda_q2 * module.lambda_k2, dim=-1, dtype=torch.float32)).to(dtype)
+    return float((first - second + module.lambda_init).detach())
+
+
+def differential_heads(masses: torch.Tensor, lam: float, lambda_init: float, norm: str) -> torch.Tensor:
+    """Component heads (H, ...) -> DIFF heads (H/2, ...): (w_i - λ·w_{i+H/2}) / normalisation."""
+    half = masses.shape[0] // 2
+    divisor = {"lambda_init": 1 - lambda_init, "lambda": 1 - lam, "none": 1.0}[norm]
+    return (masses[:half] - lam * masses[half:]) / divisor
+
+
+# ---- collecting the rows during the forward passes ---------------------------------------------------
+
+
+class _DeepestLayerDone(Exception):
+    """Raised inside the forward once the deepest selected layer has been read."""
+
+
+class RowCollector:
+    """Per selected layer, the span masses of the query rows, filled as the forward passes
+    reach them (a row may sit in any prefill slice)."""
+
+    def __init__(self, queries: Sequence[int], spans: Sequence[tuple[int, int]], layers: Sequence[int],
+                 original: str, device: torch.device):
+        self.queries = torch.tensor(list(queries), device=device)
+        self.spans = list(spans)
+        self.layers = set(layers)
+        self.deepest = max(layers)
+        self.original = original  # the model's own attention implementation
+        self.masses: dict[int, torch.Tensor] = {}
+        self.filled: dict[int, torch.Tensor] = {}
+        self.lambdas: dict[int, tuple[float, float]] = {}
+        self.seen: set[int] = set()
+
+    def new_forward(self) -> None:
+        self.seen = set()
+
+    def observe(self, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float | None) -> None:
+        layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise UserError(f"{type(module).__name__} has no layer_idx; cannot attribute its attention rows")
+        if layer in self.seen:  # DiffLlama attends twice per layer with the same queries and keys
+            return
+        self.seen.add(layer)
+        if layer in self.layers:
+            self._take(layer, module, query, key, query.shape[-1] ** -0.5 if scaling is None else scaling)
+        if layer == self.deepest:
+            raise _DeepestLayerDone
+
+    def _take(self, layer: int, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+        assert query.shape[0] == 1, "one prompt per forward"
+        offset = key.shape[2] - query.shape[2]  # the query rows are the last ones the keys cover
+        here = (self.queries >= offset) & (self.queries < key.shape[2])
+        heads = query.shape[1]
+        if layer not in self.masses:
+            self.masses[layer] = torch.zeros((heads, len(self.queries), len(self.spans)), device=query.device)
+            self.filled[layer] = torch.zeros(len(self.queries), dtype=torch.bool, device=query.device)
+        if is_differential(module):
+            self.lambdas[layer] = (differential_lambda(module, query.dtype), float(module.lambda_init))
+        if not bool(here.any()):
+            return
+        rows = query[0][:, self.queries[here] - offset]
+        self.masses[layer][:, here] = span_masses(rows, key[0], self.queries[here], self.spans, scaling)
+        self.filled[layer] |= here
+
+    def result(self, layers: Sequence[int], norm: str, model_name: str) -> AttentionMass:
+        missing = [layer for layer in layers if layer not in self.filled or not bool(self.filled[layer].all())]
+        if missing:
+            raise UserError(f"{model_name}: layers {missing} never ran through transformers' AttentionInterface, "
+                            "so their attention rows cannot be read (needs Llama, DiffLlama or a model that uses it)")
+        per_layer = []
+        for layer in layers:
+            masses = self.masses[layer]
+            if layer in self.lambdas:
+                masses = differential_heads(masses, *self.lambdas[layer], norm)
+            per_layer.append(masses.double().cpu())
+        differential = bool(self.lambdas)
+        return AttentionMass(
+            layers=tuple(layers), mass=torch.stack(per_layer).numpy(),
+            attention_map="differential" if differential else "softmax",
+            normalisation=DIFF_NORMS[norm] if differential else "",
+            lambdas=tuple(self.lambdas[layer][0] for layer in layers) if differential else (),
+        )
+
+
+# ---- routing the model's attention through the collector -------------------------------------------
+
+_active: RowCollector | None = None
+
+
+def _module_eager(module: Any) -> Callable[..., Any]:
+    """The eager attention function of the module's own modeling file (transformers' default)."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise UserError(f"{type(module).__name__}: no eager attention function to run after reading its rows")
+    return eager
+
+
+def rows_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any,
+                   **kwargs: Any) -> Any:
+    """The registered attention function: read the rows, then attend exactly as the model would."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    collector = _active
+    if collector is None:
+        raise UserError(f"{type(module).__name__} runs evalsuite's row-reading attention outside a measurement")
+    collector.observe(module, query, key, kwargs.get("scaling"))
+    own = _module_eager(module) if collector.original == "eager" else ALL_ATTENTION_FUNCTIONS[collector.original]
+    return own(module, query, key, value, attention_mask, *args, **kwargs)
+
+
+def _register(original: str) -> str:
+    """The wrapper's name for a model running `original`, with the same mask format as `original`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    name = NAME_PREFIX + original
+    if original not in ALL_MASK_ATTENTION_FUNCTIONS:
+        raise UserError(f"attention allocation cannot read rows through attention implementation {original!r}")
+    AttentionInterface.register(name, rows_attention)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[original])
+    return name
+
+
+@contextlib.contextmanager
+def routed(model: Any, collector: RowCollector) -> Iterator[None]:
+    """Every attention call of `model` goes through `collector` inside the block."""
+    global _active
+    assert _active is None, "one measurement at a time"
+    try:
+        model.set_attn_implementation(_register(collector.original))
+    except (ValueError, KeyError) as exc:  # a model that takes no custom attention function
+        model.set_attn_implementation(collector.original)
+        raise UserError(f"cannot read attention rows of {type(model).__name__}: "
+                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+    _active = collector
+    try:
+        yield
+    finally:
+        _active = None
+        model.set_attn_implementation(collector.original)
+
+
+# ---- the capability ----------------------------------------------------------------------------------
+
+
+class AttentionShare:
+    """Mixin of HFModel: ATTENTION_ALLOCATION."""
+
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    chat_template: bool
+    name: str
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise UserError(f"{self.name}: attention allocation needs a fast tokenizer (character offsets of tokens)")
+        encoded = self.tokenizer(text, add_special_tokens=not self.chat_template, return_offsets_mapping=True)
+        return list(encoded["input_ids"]), [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+
+    def attention_layers(self) -> int:
+        return int(self.model.config.get_text_config().num_hidden_layers)
+
+    @torch.inference_mode()
+    def attention_mass(self, ids: Sequence[int], queries: Sequence[int], spans: Sequence[tuple[int, int]],
+                       layers: Sequence[int] | None = None, differential_norm: str = "lambda_init") -> AttentionMass:
+        selected = self._check_request(ids, queries, spans, layers, differential_norm)
+        collector = RowCollector(queries, spans, selected, self.model.config._attn_implementation, self.device)
+        tokens = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        with routed(self.model, collector):
+            self._prefill(tokens[:, : max(queries) + 1], collector)
+        return collector.result(selected, differential_norm, self.name)
+
+    def _prefill(self, tokens: torch.Tensor, collector: RowCollector) -> None:
+        """The prompt a slice at a time over one KV cache; each pass ends at the deepest selected layer."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for start in range(0, tokens.shape[1], PREFILL_ROWS):
+            collector.new_forward()
+            try:
+                self.model(input_ids=tokens[:, start : start + PREFILL_ROWS], past_key_values=cache, use_cache=True,
+                           logits_to_keep=1)
+            except _DeepestLayerDone:
+                continue
+
+    def _check_request(self, ids: Sequence[int], queries: Sequence[int], spans: Sequence[tuple[int, int]],
+                       layers: Sequence[int] | None, norm: str) -> list[int]:
+        """The selected layers as indices 0 .. L-1 (negative ones count from the end), after the
+        request's other parts are checked."""
+        count = self.attention_layers()
+        wanted = list(range(count)) if layers is None else [layer % count if -count <= layer < count else layer
+                                                              for layer in layers]
+        if not wanted or any(not 0 <= layer < count for layer in wanted):
+            raise UserError(f"{self.name} has layers 0..{count - 1}; cannot select layers {list(layers or [])}")
+        if norm not in DIFF_NORMS:
+            raise UserError(f"differential normalisation must be one of {', '.join(DIFF_NORMS)}, got {norm!r}")
+        if not queries or any(not 0 <= q < len(ids) for q in queries):
+            raise UserError(f"query positions must lie in the prompt's {len(ids)} tokens, got {list(queries)}")
+        if not spans or any(not 0 <= s <= e <= len(ids) for s, e in spans):
+            raise UserError(f"key spans must be ranges within the prompt's {len(ids)} tokens, got {list(spans)}")
+        return sorted(set(wanted))
