@@ -17,43 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
+from pathlib import Path
 
 import torch
 
-from evalsuite.backends import load_model
-from evalsuite.runner import make_task
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_needle import PeakRSS  # noqa: E402  (the same sampler as the needle benchmark)
 
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class PeakRSS:
-    """Peak resident memory while the block runs, sampled by a background thread."""
-
-    def __enter__(self):
-        self.start = self.peak = rss_bytes()
-        self.running = True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self):
-        while self.running:
-            self.peak = max(self.peak, rss_bytes())
-            time.sleep(0.0005)
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.thread.join()
-        self.peak = max(self.peak, rss_bytes())
-        self.growth = self.peak - self.start
+from evalsuite.backends import load_model  # noqa: E402
+from evalsuite.runner import make_task  # noqa: E402
 
 
 def probe(model, length: int):
