@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError
 
@@ -118,17 +119,8 @@ def load_haystack(spec: str, field: str = "text") -> TextHaystack | None:
 
 
 def _dataset_haystack(spec: str, field: str) -> TextHaystack:
-    import datasets
-
-    _, name, *rest = spec.split(":")
-    split = rest[0] if rest else "train"
-    try:
-        data = datasets.load_dataset(name, split=split)
-    except Exception as exc:  # datasets raises many types; all mean "cannot load this name"
-        raise UserError(f"cannot load haystack dataset {name!r} (split {split}): {str(exc).splitlines()[0]}") from None
-    if field not in data.column_names:
-        raise UserError(f"haystack dataset {name!r} has no column {field!r}; columns: {', '.join(data.column_names)}")
-    sentences = [s for text in data[field] for s in split_sentences(str(text))]
+    name, texts = dataset_column(spec, field, "haystack")
+    sentences = [s for text in texts for s in split_sentences(str(text))]
     if not sentences:
         raise UserError(f"haystack dataset {name!r} has no text in column {field!r}")
     return TextHaystack(spec, tuple(sentences))
@@ -204,3 +196,22 @@ def insert_at_boundaries(sentences: list[str], inserts: list[tuple[int, str]]) -
         out.append(sentence)
     out.extend(text for _, (_, text) in ordered[j:])
     return out
+
+
+def dataset_column(spec: str, field: str, what: str, limit: int | None = None) -> tuple[str, list[Any]]:
+    """`dataset:NAME[:SPLIT]` (split `train` by default) loaded with `datasets.load_dataset`:
+    the name and the first `limit` values (all with None) of column `field`; one-line
+    UserErrors naming `what` the data is for."""
+    import datasets
+
+    _, name, *rest = spec.split(":")
+    split = rest[0] if rest else "train"
+    try:
+        data = datasets.load_dataset(name, split=split)
+    except Exception as exc:  # datasets raises many types; all mean "cannot load this name"
+        raise UserError(f"cannot load {what} dataset {name!r} (split {split}): {str(exc).splitlines()[0]}") from None
+    if field not in data.column_names:
+        raise UserError(f"{what} dataset {name!r} has no column {field!r}; columns: {', '.join(data.column_names)}")
+    if limit is not None:
+        data = data.select(range(min(limit, len(data))))
+    return name, list(data[field])

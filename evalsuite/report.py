@@ -76,7 +76,7 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
 
 
 def _counted(part: pd.DataFrame, metrics: Sequence[str]) -> int:
-    """Samples that were scored or failed: a sample the task skipped on purpose (an `nll`
+    """Samples that were scored or failed: a sample the task skipped on purpose (a text
     document shorter than the window) has neither scores nor an error and is not counted."""
     present = [m for m in metrics if m in part.columns]
     if not present:

@@ -19,7 +19,7 @@ from evalsuite.judges.tables import judge_table, paired_rows, verdict_frame
 from evalsuite.report import report_runs
 from evalsuite.runner import RunOptions, make_task, run_models
 from evalsuite.stats import mcnemar_exact
-from evalsuite.tasks.hallucination import fit_document, kept_document
+from evalsuite.tasks.fit_document import fit_document, kept_document
 
 KEY = "sk-test-0a1b2c3d4e5f-never-on-disk"
 

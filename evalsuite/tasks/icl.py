@@ -367,44 +367,25 @@ class Icl:
     # ---- summary and plots ---------------------------------------------------------------
 
     def summary(self, frame: Any) -> dict[str, Any]:
-        from ..stats import cochran_q, mean_interval
+        from .icl_plots import order_rows
 
-        rows = []
-        for (order, n), part in frame.groupby(["order", "n_shots"], sort=True):
-            outcomes = part.pivot_table(index="test_index", columns="permutation", values="correct",
-                                        aggfunc="first").astype(float)
-            accuracy = outcomes.mean(axis=0)
-            best, worst = int(accuracy.idxmax()), int(accuracy.idxmin())
-            mean, low, high = mean_interval(outcomes.mean(axis=1).tolist())
-            rows.append({
-                "order": str(order), "n_shots": int(n), "permutations": int(outcomes.shape[1]),
-                "n_test": int(outcomes.shape[0]),
-                "accuracy": [float(a) for a in accuracy], "mean": float(accuracy.mean()),
-                "mean_low": low, "mean_high": high, "spread": float(accuracy.max() - accuracy.min()),
-                "std": float(accuracy.std(ddof=1)) if len(accuracy) > 1 else None,
-                "best_permutation": best, "worst_permutation": worst,
-                # does the order matter? Cochran's Q over the same questions under every order (a test
-                # of best vs worst would pick both after seeing them and not hold its level)
-                "order_p_value": cochran_q(outcomes.to_numpy())["p_value"] if outcomes.shape[1] > 1 else None,
-                "mean_prompt_tokens": float(part["prompt_tokens"].mean()) if "prompt_tokens" in part else None,
-            })
         return {"icl": {"dataset": self.dataset if not self.data else f"local:{Path(self.data).name}",
-                        "order": self.order, "separator": self.separator, "method": self.method, "shots": rows}}
+                        "order": self.order, "separator": self.separator, "method": self.method,
+                        "shots": order_rows(frame)}}
 
     def plots(self, frame: Any, folder: Path, title: str) -> list[Path]:
+        from .icl_plots import draw_plots
+
         return draw_plots(frame, Path(folder), title)
 
     def pair_report(self, comparison: Any, folder: Path) -> list[Path]:
         """Both models in one accuracy-vs-shots plot (a line each) and one permutation-spread plot."""
         import pandas as pd
 
+        from .icl_plots import draw_plots
+
         names = comparison.names
         both = pd.concat([comparison.frame_a.assign(model=names[0]), comparison.frame_b.assign(model=names[1])],
                          ignore_index=True)
         return draw_plots(both, Path(folder), " vs ".join(names))
 
-
-def draw_plots(frame: Any, folder: Path, title: str) -> list[Path]:
-    from .icl_plots import draw_plots as draw
-
-    return draw(frame, folder, title)

@@ -1,4 +1,5 @@
-"""The icl task's plots: accuracy against shots and the spread over demonstration orders."""
+"""The icl task's presentation: per shot count, the order statistics of its summary, and the
+plots of accuracy against shots and of the spread over demonstration orders."""
 
 from __future__ import annotations
 
@@ -10,6 +11,32 @@ import pandas as pd
 import seaborn as sns
 
 from ..plots import save
+
+
+def order_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (order, shot count): accuracy under each permutation of the demonstrations, their
+    mean with its interval over questions, spread, and whether the order matters at all."""
+    from ..stats import cochran_q, mean_interval
+
+    rows = []
+    for (order, n), part in frame.groupby(["order", "n_shots"], sort=True):
+        outcomes = part.pivot_table(index="test_index", columns="permutation", values="correct",
+                                    aggfunc="first").astype(float)
+        accuracy = outcomes.mean(axis=0)
+        _, low, high = mean_interval(outcomes.mean(axis=1).tolist())
+        rows.append({
+            "order": str(order), "n_shots": int(n), "permutations": int(outcomes.shape[1]),
+            "n_test": int(outcomes.shape[0]),
+            "accuracy": [float(a) for a in accuracy], "mean": float(accuracy.mean()),
+            "mean_low": low, "mean_high": high, "spread": float(accuracy.max() - accuracy.min()),
+            "std": float(accuracy.std(ddof=1)) if len(accuracy) > 1 else None,
+            "best_permutation": int(accuracy.idxmax()), "worst_permutation": int(accuracy.idxmin()),
+            # does the order matter? Cochran's Q over the same questions under every order (a test
+            # of best vs worst would pick both after seeing them and not hold its level)
+            "order_p_value": cochran_q(outcomes.to_numpy())["p_value"] if outcomes.shape[1] > 1 else None,
+            "mean_prompt_tokens": float(part["prompt_tokens"].mean()) if "prompt_tokens" in part else None,
+        })
+    return rows
 
 
 def icl_curves(frame: pd.DataFrame) -> pd.DataFrame:

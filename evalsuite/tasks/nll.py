@@ -36,7 +36,7 @@ import numpy as np
 
 from ..adapter import TOKEN_NLL, ModelAdapter
 from ..errors import UserError
-from ..haystack import builtin_sentences
+from ..haystack import builtin_sentences, dataset_column
 from ..records import RunFolder, Sample
 from ..registry import register_task
 
@@ -92,18 +92,8 @@ def _folder_documents(folder: Path, limit: int) -> list[Document]:
 
 
 def _dataset_documents(spec: str, field: str, limit: int) -> list[Document]:
-    import datasets
-
-    _, name, *rest = spec.split(":")
-    split = rest[0] if rest else "train"
-    try:
-        data = datasets.load_dataset(name, split=split)
-    except Exception as exc:  # datasets raises many types; all mean "cannot load this name"
-        raise UserError(f"cannot load nll dataset {name!r} (split {split}): {str(exc).splitlines()[0]}") from None
-    if field not in data.column_names:
-        raise UserError(f"nll dataset {name!r} has no column {field!r}; columns: {', '.join(data.column_names)}")
-    rows = data.select(range(min(limit, len(data))))[field]
-    return [Document(f"{name}[{i}]", "" if text is None else str(text)) for i, text in enumerate(rows)]
+    name, texts = dataset_column(spec, field, "nll", limit)
+    return [Document(f"{name}[{i}]", "" if text is None else str(text)) for i, text in enumerate(texts)]
 
 
 def builtin_text(seed: int, index: int, chars: int) -> str:
