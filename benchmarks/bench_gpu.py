@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from evalsuite.models.toy import ToySize, build_tokenizer, save_random_model
 from evalsuite.tasks.needle import Needle
 
 ONE_B = ToySize(hidden=2048, layers=22, heads=32, intermediate=5632, max_context=131072)
-TINY = ToySize(hidden=64, layers=2, heads=4, intermediate=128, max_context=8192)
+TINY = ToySize(hidden=128, layers=2, heads=4, intermediate=256, max_context=8192)  # head_dim 32: vLLM CPU kernels need >= 32
 
 
 def matmul_rate(device: str, size: int, repeats: int = 10) -> float:
@@ -97,23 +98,44 @@ def time_hf(folder: Path, device: str, lengths: list[int], samples: int) -> list
     return rows
 
 
-def time_vllm(folder: Path, lengths: list[int], samples: int) -> list[dict]:
+def checkpoint_params(folder: Path) -> int:
+    """Parameters stored in a folder's safetensors files (read from their headers, not loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as fh:
+            total += sum(math.prod(fh.get_slice(name).get_shape()) for name in fh.keys())
+    return total
+
+
+def time_vllm(folder: Path, device: str, lengths: list[int], samples: int) -> list[dict]:
+    """The same prompts through the vllm backend (DiffLlama through evalsuite's vLLM model)."""
     try:
         import vllm  # noqa: F401
     except ImportError:
         return [{"backend": "vllm", "note": "vllm is not installed here (pip install vllm)"}]
-    from evalsuite.backends import load_model as load  # the vllm backend, when registered
+    from transformers import AutoConfig
 
-    model = load(f"vllm:{folder}", {"dtype": "bfloat16", "max_model_len": str(max(lengths) + 64)}, device="cuda")
+    cuda = device.startswith("cuda")
+    options = {"dtype": "bfloat16" if cuda else "float32", "max_model_len": str(max(lengths) + 64)}
+    if not cuda:
+        options["enforce_eager"] = "true"  # the smoke run: no compile time
+    model = load_model(f"vllm:{folder}", options, device="auto" if cuda else "cpu")
+    config, params = AutoConfig.from_pretrained(folder), checkpoint_params(folder)
     rows = []
     for length in lengths:
         requests, tokens = needle_requests(model, length, samples)
-        model.generate(requests[:1])
+        model.generate(requests[:1])  # warm-up
         start = time.perf_counter()
         model.generate(requests)
         seconds = time.perf_counter() - start
-        rows.append({"backend": "vllm", "kind": "?", "length": length, "prompt_tokens": sum(tokens) / len(tokens),
-                     "seconds": seconds, "tokens_per_s": sum(tokens) / seconds, "peak_gib": float("nan")})
+        # vLLM reserves its KV cache up front (-M gpu_memory_utilization): its peak is that share, not a measure
+        rows.append({"backend": "vllm", "kind": config.model_type, "length": length,
+                     "prompt_tokens": sum(tokens) / len(tokens), "seconds": seconds,
+                     "tokens_per_s": sum(tokens) / seconds, "peak_gib": float("nan"), "params": params,
+                     "flops": sum(prefill_flops(config, t, params) for t in tokens)})
+    del model
     return rows
 
 
@@ -150,8 +172,8 @@ def main() -> None:
             folder = save_random_model(kind, Path(tmp) / kind, tokenizer, size, seed=0)
             if "hf" in args.backends:
                 rows += time_hf(folder, args.device, lengths, args.samples)
-            if "vllm" in args.backends and args.device.startswith("cuda"):
-                rows += time_vllm(folder, lengths, args.samples)
+            if "vllm" in args.backends:
+                rows += time_vllm(folder, args.device, lengths, args.samples)
     print(table(rows, rate))
     if args.json:
         args.json.write_text(json.dumps({"matmul_flops": rate, "rows": rows}, indent=2))

@@ -12,6 +12,7 @@ import torch
 from ...adapter import ACTIVATION_PROBE, ATTENTION_ALLOCATION, ATTENTION_QUANTIZATION, TOKEN_NLL
 from ...errors import UserError
 from ...params import build_params
+from ..chat import user_turn
 from .attention_share import AttentionShare
 from .capabilities import Capabilities
 from .decoding import Decoding
@@ -152,8 +153,4 @@ class HFModel(Decoding, Capabilities, AttentionShare, TokenNLL):
         return len(self.encode(text))
 
     def format_user_turn(self, user: str, assistant_prefix: str = "") -> str:
-        if not self.chat_template:
-            return user + assistant_prefix
-        messages = [{"role": "user", "content": user}]
-        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return rendered + assistant_prefix
+        return user_turn(self.tokenizer, self.chat_template, user, assistant_prefix)

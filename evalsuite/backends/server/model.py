@@ -12,6 +12,7 @@ from ...adapter import GenerationRequest, Loglikelihood, LoglikelihoodRequest
 from ...errors import UserError, unknown
 from ...http_client import HttpClient, HttpSettings, check_http_url, json_body, malformed
 from ...params import build_params
+from ..chat import user_turn
 from .echo import EchoMismatch, NoPromptLogprobs, continuation_loglikelihood, echoed_tokens
 from .tokens import ServerTokenCounter, load_tokenizer, tokenizer_sha256
 
@@ -108,11 +109,8 @@ class ServerModel:
         return len(self.tokenizer(text, add_special_tokens=not self.chat_template)["input_ids"])
 
     def format_user_turn(self, user: str, assistant_prefix: str = "") -> str:
-        if not self.chat_template:
-            return user + assistant_prefix
-        assert self.tokenizer is not None  # ServerOptions refuses chat_template without a tokenizer
-        messages = [{"role": "user", "content": user}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + assistant_prefix
+        # ServerOptions refuses chat_template without a tokenizer
+        return user_turn(self.tokenizer, self.chat_template, user, assistant_prefix)
 
     # ---- generation ----------------------------------------------------------------------
 

@@ -1,0 +1,205 @@
+"""The vllm adapter: a checkpoint in an in-process `vllm.LLM`, fed evalsuite's own token ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...adapter import TOKEN_NLL, GenerationRequest, Loglikelihood, LoglikelihoodRequest
+from ...errors import UserError
+from ...params import build_params
+from ...registry import resolve_model_name
+from ..chat import user_turn
+from ..hf.loading import locate, refuse_pickle, weights_fingerprint
+from . import scoring
+from .choices import constrained
+from .options import VLLMOptions, check_device, engine_arguments, quiet_defaults
+from .tokens import Tokens
+
+
+class VLLMModel(Tokens):
+    """A checkpoint served by an in-process `vllm.LLM` behind the model adapter interface."""
+
+    def __init__(self, llm: Any, tokenizer: Any, options: VLLMOptions, source: dict[str, Any]):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.options = options
+        self.source = source
+        self.name = source["label"]
+        self.chat_template = options.chat_template
+        self.max_context = int(llm.model_config.max_model_len)
+        self.eos_ids = eos_ids(tokenizer, source["path"])
+        # token NLL comes from prompt log-probs; no hooks into vLLM's kernels for the others
+        self.capabilities: frozenset[str] = frozenset({TOKEN_NLL})
+        self.cached_prompt_tokens = 0  # prompt tokens served from vLLM's prefix cache so far (benchmarks, tests)
+        if self.chat_template and not getattr(tokenizer, "chat_template", None):
+            raise UserError(f"-M chat_template=true but {self.name} has no chat template")
+
+    # ---- what was loaded ------------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        import transformers
+        import vllm
+
+        folder = Path(self.source["path"])
+        config = self.llm.model_config
+        weights = [p for p in folder.glob("*") if p.suffix in (".safetensors", ".bin", ".pt")] if folder.is_dir() else []
+        return {
+            "backend": "vllm",
+            "name": self.name,
+            "spec": self.source["spec"],
+            "path": self.source["path"],
+            "architecture": (config.hf_config.architectures or ["?"])[0],
+            "config_sha256": sha256_json(config.hf_config.to_dict()),
+            "tokenizer_sha256": sha256_json(self.tokenizer.get_vocab()),
+            **weights_fingerprint(weights),
+            "dtype": str(config.dtype).removeprefix("torch."),
+            "device": self.source["device"],
+            "tensor_parallel_size": self.options.tensor_parallel_size,
+            "enforce_eager": self.options.enforce_eager,
+            "chat_template": self.chat_template,
+            "max_context": self.max_context,
+            "quantization": config.quantization,
+            "vllm": vllm.__version__,
+            "transformers": transformers.__version__,
+        }
+
+    # ---- tokens ---------------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def format_user_turn(self, user: str, assistant_prefix: str = "") -> str:
+        return user_turn(self.tokenizer, self.chat_template, user, assistant_prefix)
+
+    # ---- generation -----------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Greedy answers; a request with a closed answer set walks its choices' trie."""
+        outputs = [""] * len(requests)
+        prompts = [self.encode_pair(r.prefix, r.prompt) for r in requests]
+        open_ = [i for i, r in enumerate(requests) if not r.choices and r.max_new_tokens > 0]
+        for i, output in zip(open_, self._run([prompts[i] for i in open_], [self._greedy(requests[i]) for i in open_])):
+            outputs[i] = self.answer_text(output.outputs[0].token_ids, requests[i])
+        closed = [i for i, r in enumerate(requests) if r.choices]
+        answers = constrained([requests[i] for i in closed], [prompts[i] for i in closed], self.choice_ids, self._run)
+        for i, answer in zip(closed, answers):
+            outputs[i] = answer
+        return outputs
+
+    def _greedy(self, request: GenerationRequest) -> Any:
+        """vLLM stops at EOS and at stop strings, as our decoding loop does; `answer_text` then cuts
+        the tokens exactly where the hf backend's loop would."""
+        from vllm import SamplingParams
+
+        return SamplingParams(temperature=0.0, max_tokens=request.max_new_tokens, stop=list(request.stop) or None,
+                              stop_token_ids=sorted(self.eos_ids), skip_special_tokens=True,
+                              detokenize=bool(request.stop))
+
+    # ---- log-likelihood -------------------------------------------------------------------
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        pairs = []
+        for request in requests:
+            context, continuation = self.split_continuation(request)
+            pairs.append((self.encode_pair(request.prefix, context), continuation))
+        return self.loglikelihood_tokens(pairs)
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Loglikelihood]:
+        """Each (context ids, continuation ids), cut from the left to the context window as the
+        hf backend cuts them (here the window is max_context - 1 tokens, hf's max_context + 1)."""
+        window = self.max_context - 1  # vLLM's prompt holds the last continuation token, and one token is generated
+        rows = [(list(c) + list(k))[-window:] for c, k in pairs]
+        if any(len(k) >= len(row) for row, (_, k) in zip(rows, pairs)):
+            raise UserError(f"a continuation is as long as {self.name}'s context window ({window} tokens here)")
+        outputs = self._prompt_logprobs(rows, [len(k) for _, k in pairs])
+        return [scoring.loglikelihood(out, row, len(k)) for out, row, (_, k) in zip(outputs, rows, pairs)]
+
+    def token_nll(self, windows: Sequence[Sequence[int]]) -> list[list[float]]:
+        """-log p(window[i] | window[:i]) for i >= 1, from the windows' prompt log-probs."""
+        rows = [list(w) for w in windows]
+        scored = [i for i, row in enumerate(rows) if len(row) >= 2]
+        outputs = self._prompt_logprobs([rows[i] for i in scored], [len(rows[i]) - 1 for i in scored])
+        out: list[list[float]] = [[] for _ in rows]
+        for i, output in zip(scored, outputs):
+            out[i] = [-lp for lp, _ in scoring.token_logprobs(output, rows[i], len(rows[i]) - 1)]
+        return out
+
+    def _prompt_logprobs(self, rows: list[list[int]], scored: list[int]) -> list[Any]:
+        """Outputs with prompt log-probs; where a prefix-cache hit covered a needed row, again
+        without reading the cache."""
+        read_cache = self.options.prefix_cache
+        outputs = self._run(rows, [scoring.scoring_params(read_cache)] * len(rows))
+        again = [i for i, out in enumerate(outputs) if read_cache and scoring.cache_too_long(out, rows[i], scored[i])]
+        for i, output in zip(again, self._run([rows[i] for i in again], [scoring.scoring_params(False)] * len(again))):
+            outputs[i] = output
+        return outputs
+
+    # ---- the engine -----------------------------------------------------------------------
+
+    def _run(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
+        """One batched engine call: vLLM schedules the prompts itself (continuous batching)."""
+        if not prompts:
+            return []
+        from vllm.exceptions import VLLMValidationError
+        from vllm.inputs import TokensPrompt
+
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        except (ValueError, VLLMValidationError) as exc:  # a prompt longer than max_model_len...
+            raise UserError(f"vllm refused a request for {self.name}: {first_line(exc)}") from None
+        self.cached_prompt_tokens += sum(out.num_cached_tokens or 0 for out in outputs)
+        return outputs
+
+
+def load_vllm(rest: str, raw_options: dict[str, str], device: str, label: str | None) -> VLLMModel:
+    options = build_params(VLLMOptions, raw_options, flag="-M")
+    resolved = resolve_model_name(rest) or rest  # vllm:toy-diff, a named model's folder
+    path = resolved.removeprefix("hf:")
+    if resolved.startswith(("gguf:", "fake", "server:")):
+        raise UserError(f"the vllm backend loads checkpoint folders and hub ids, not {resolved.split(':')[0]} models")
+    folder, _ = locate(path, gguf=False)
+    refuse_pickle(folder, options.allow_pickle)
+    quiet_defaults(options.tensor_parallel_size)
+    from transformers import AutoTokenizer
+    from vllm import LLM
+    from vllm.platforms import current_platform
+
+    from .plugin import register
+
+    device_type = str(current_platform.device_type)
+    check_device(device, device_type)
+    register()  # DiffLlama, also where the package's vllm.general_plugins entry point is not installed
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
+        llm = LLM(**engine_arguments(folder, options, device_type))
+    except Exception as exc:  # vLLM, torch and transformers each raise their own types for a bad checkpoint or setting
+        raise UserError(f"vllm could not load {rest}: {first_line(exc)}") from None
+    name = label or (rest if resolved != rest else Path(folder).name)
+    source = {"label": name, "spec": rest, "path": folder, "device": device_type}
+    return VLLMModel(llm, tokenizer, options, source)
+
+
+def eos_ids(tokenizer: Any, folder: str) -> set[int]:
+    """The tokenizer's EOS and the generation config's: what the hf backend stops on."""
+    from transformers import GenerationConfig
+
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    try:
+        found = GenerationConfig.from_pretrained(folder).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS only, as transformers does
+        found = None
+    ids.update([found] if isinstance(found, int) else found or [])
+    return ids
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
