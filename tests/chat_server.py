@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -50,15 +50,14 @@ def by_marker(marker: str = "zebra") -> Callable[[int, dict, dict], Reply]:
     return script
 
 
-class ChatServer:
-    def __init__(self, script: Callable[[int, dict, dict], Reply] | None = None):
-        self.script = script or by_marker()
+class LoopbackServer:
+    """An HTTP server on a free port of 127.0.0.1, served by a thread inside the `with` block;
+    subclasses give the request handler and record what they receive."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -66,17 +65,26 @@ class ChatServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    @property
-    def count(self) -> int:
-        return len(self.bodies)
-
-    def __enter__(self) -> ChatServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class ChatServer(LoopbackServer):
+    def __init__(self, script: Callable[[int, dict, dict], Reply] | None = None):
+        self.script = script or by_marker()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        super().__init__(self._handler())
+
+    @property
+    def count(self) -> int:
+        return len(self.bodies)
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         raw = handler.rfile.read(int(handler.headers.get("Content-Length", 0)))

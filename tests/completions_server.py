@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
+from chat_server import LoopbackServer
 
 from evalsuite.adapter import GenerationRequest
 
@@ -35,29 +36,13 @@ class Modes:
     error_status: int = 0  # answer every completion with this status, echoing the Authorization header
 
 
-class CompletionsServer:
+class CompletionsServer(LoopbackServer):
     def __init__(self, model: Any, served_name: str = "toy-base", modes: Modes | None = None):
         self.model = model  # an evalsuite HFModel
         self.served_name = served_name
         self.modes = modes or Modes()
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
         self._model_lock = threading.Lock()  # the model's prefix cache is not thread-safe
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> CompletionsServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(self._handler())
 
     # ---- answers ---------------------------------------------------------------------------
 
