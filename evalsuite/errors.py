@@ -24,3 +24,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 def unknown(kind: str, word: str, choices: Iterable[str]) -> UserError:
     choices = sorted(choices)
     return UserError(f"unknown {kind} {word!r}{did_you_mean(word, choices)}; known: {', '.join(choices)}")
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line of an error message: its text's first line, or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import UserError, first_line
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -96,10 +96,6 @@ def one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
 
 # ---- loading --------------------------------------------------------------------------------
 
@@ -123,7 +119,7 @@ def load_hub(name: str) -> IclData:
     try:
         splits = datasets.load_dataset(spec.path, spec.config, revision=spec.revision)
     except Exception as exc:  # offline, missing, or a changed hub repository: many error types, one message
-        raise UserError(f"could not load dataset {name} ({spec.path}): {_first_line(exc)}; "
+        raise UserError(f"could not load dataset {name} ({spec.path}): {first_line(exc)}; "
                         f"use -T data=PATH for a local copy") from None
     names = splits["train"].features[spec.label_field].names
     readable = [spec.readable(n) for n in names if n not in spec.drop_labels]
@@ -154,7 +150,7 @@ def load_local(path_text: str, text_field: str, label_field: str, test_size: int
     try:
         table = datasets.load_dataset(kind, data_files=str(path.resolve()), split="train")
     except Exception as exc:  # pyarrow, json and csv parsers each raise their own types for a bad file
-        raise UserError(f"could not read {path_text} as {kind}: {_first_line(exc)}") from None
+        raise UserError(f"could not read {path_text} as {kind}: {first_line(exc)}") from None
     for role, column in (("text", text_field), ("label", label_field)):
         if column not in table.column_names:
             raise UserError(f"{path_text} has no {role} column {column!r} (columns: "

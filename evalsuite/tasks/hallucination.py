@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..adapter import GenerationRequest, ModelAdapter
-from ..errors import UserError, unknown
+from ..errors import UserError, first_line, unknown
 from ..records import RunFolder, Sample
 from ..registry import register_task
 from .fit_document import fit_document, kept_document
@@ -205,12 +205,12 @@ class Hallucination:
             try:
                 return datasets.load_dataset(builder, data_files=str(path), split="train")
             except Exception as exc:  # datasets raises many types for a malformed file
-                raise UserError(f"cannot read {path} as {builder}: {_first_line(exc)}") from None
+                raise UserError(f"cannot read {path} as {builder}: {first_line(exc)}") from None
         hub, config, split = self.source.hub
         try:
             return datasets.load_dataset(hub, config, split=self.split or split)
         except Exception as exc:  # offline, not found, gated...: all mean "use a local copy"
-            raise UserError(f"could not load {hub} from the Hugging Face hub ({_first_line(exc)}); "
+            raise UserError(f"could not load {hub} from the Hugging Face hub ({first_line(exc)}); "
                             "download it and pass -T data=PATH (jsonl, csv or parquet)") from None
 
     def _read_rows(self) -> list[Row]:
@@ -339,7 +339,3 @@ class Hallucination:
 
         return judge_table(paths, judge)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

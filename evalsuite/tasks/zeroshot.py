@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..adapter import ATTENTION_QUANTIZATION, LoglikelihoodRequest, ModelAdapter
-from ..errors import UserError, unknown
+from ..errors import UserError, first_line, unknown
 from ..quant import FULL_BITS, check_bits
 from ..records import Sample
 from ..registry import register_task
@@ -110,9 +110,8 @@ def load_benchmark(name: str, manager: Any, data_dir: str, fewshot: int, seed: i
     try:
         loaded = _load_tasks(manager, spec)
     except Exception as exc:  # datasets and lm-eval raise many types for a missing or malformed dataset
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = "" if data_dir else " (offline? use -T data_dir=DIR with local jsonl files)"
-        raise UserError(f"cannot load lm-eval benchmark {name}: {first}{hint}") from None
+        raise UserError(f"cannot load lm-eval benchmark {name}: {first_line(exc)}{hint}") from None
     task = next(t for t in _leaves(loaded) if isinstance(t, Task))
     task.set_config(key="num_fewshot", value=fewshot)
     task.set_fewshot_seed(seed=seed)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ...adapter import AttentionMass
-from ...errors import UserError
+from ...errors import UserError, first_line
 
 NAME_PREFIX = "evalsuite_rows_"  # + the model's own implementation, which the wrapper delegates to
 PREFILL_ROWS = 1024  # prompt tokens per forward pass
@@ -213,7 +213,7 @@ def routed(model: Any, collector: RowCollector) -> Iterator[None]:
     except (ValueError, KeyError) as exc:  # a model that takes no custom attention function
         model.set_attn_implementation(collector.original)
         raise UserError(f"cannot read attention rows of {type(model).__name__}: "
-                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+                        f"{first_line(exc)}") from None
     _active = collector
     try:
         yield

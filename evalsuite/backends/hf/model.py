@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ...adapter import ACTIVATION_PROBE, ATTENTION_ALLOCATION, ATTENTION_QUANTIZATION, TOKEN_NLL
-from ...errors import UserError
+from ...errors import UserError, first_line
 from ...params import build_params
 from ..chat import user_turn
 from .attention_share import AttentionShare
@@ -86,8 +86,7 @@ class HFModel(Decoding, Capabilities, AttentionShare, TokenNLL):
                 folder, dtype=dtype, attn_implementation=options.attn_implementation, **kwargs, **weights
             )
         except Exception as exc:  # safetensors, gguf, tokenizers... each has its own error types for a bad file
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"could not load {spec}: {first_line}") from None
+            raise UserError(f"could not load {spec}: {first_line(exc)}") from None
         if options.load_in == "none":  # bitsandbytes models are placed at load and cannot be moved
             model.to(torch_device)  # type: ignore[arg-type]
         model.eval()

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...errors import UserError
+from ...errors import UserError, first_line
 from ...http_client import HttpClient, json_body, malformed
 from ...registry import resolve_model_name
 
@@ -34,8 +34,7 @@ def load_tokenizer(spec: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(location, **kwargs)
     except Exception as exc:  # transformers raises OSError, ValueError, hub errors... for a bad location
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"-M tokenizer={spec}: could not load a tokenizer: {first_line}") from None
+        raise UserError(f"-M tokenizer={spec}: could not load a tokenizer: {first_line(exc)}") from None
 
 
 def tokenizer_sha256(tokenizer: Any) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...adapter import TOKEN_NLL, GenerationRequest, Loglikelihood, LoglikelihoodRequest
-from ...errors import UserError
+from ...errors import UserError, first_line
 from ...params import build_params
 from ...registry import resolve_model_name
 from ..chat import user_turn
@@ -199,7 +199,3 @@ def eos_ids(tokenizer: Any, folder: str) -> set[int]:
 def sha256_json(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
