@@ -199,9 +199,8 @@ class Attention:
     def summary(self, frame: Any) -> dict[str, Any]:
         from .attention_report import by_depth, by_layer, markdown_tables
 
-        run = RunFolder(Path(frame.attrs["run_path"]))
-        return {"by_depth": by_depth(frame), "by_layer": by_layer(run.read_records()),
-                "table": markdown_tables(frame, run.read_records())}
+        records = RunFolder(Path(frame.attrs["run_path"])).read_records()
+        return {"by_depth": by_depth(frame), "by_layer": by_layer(records), "table": markdown_tables(frame, records)}
 
     def report_section(self, run: RunFolder) -> str:
         from ..report import run_frame
