@@ -14,8 +14,9 @@ pass over the whole prompt with `logits_to_keep=1`, no cache. The times are the 
 seconds (what the work costs, steady on a shared machine) with wall seconds beside them.
 Attention variants:
 
-- `sdpa`: transformers' default. On CPU the one-pass module keeps transformers' two calls here
-  (torch's flash kernel needs the value as wide as the query; `--kernels` shows why);
+- `sdpa`: transformers' default. On CPU torch's flash kernel needs the value as wide as the
+  query, so the one-pass module widens query and key with zeros to 2d and calls it once
+  (`--kernels` shows the kernel alone, all three ways);
 - `eager`: transformers' eager attention, n x n maps per head (memory grows with n²);
 - `absmax`: evalsuite's attention-logit quantizer at 8 bits (`-M attn_quant=absmax:8`), chunked,
   linear memory: the explicit-logits path that the outliers probe also takes.
@@ -88,7 +89,8 @@ def measure(lengths: list[int], attentions: list[str], repeats: int, explicit_ma
 
 def kernels(length: int, repeats: int) -> None:
     """torch SDPA alone, 8 heads of width 64, causal: one map (Llama), two maps of value width 64
-    (transformers' DiffLlama), one map of value width 128 (the one pass)."""
+    (transformers' DiffLlama), one map of value width 128 (what the math kernel runs), and one map
+    with query and key widened by zeros to 128 (what the one-pass module runs on a CPU)."""
     import torch.nn.functional as F
 
     generator = torch.Generator().manual_seed(0)
@@ -97,7 +99,9 @@ def kernels(length: int, repeats: int) -> None:
     calls = {"one map, value 64": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
              "two maps, value 64 each": lambda: [F.scaled_dot_product_attention(q, k, v, is_causal=True)
                                                   for _ in range(2)],
-             "one map, value 128": lambda: F.scaled_dot_product_attention(q, k, wide, is_causal=True)}
+             "one map, value 128": lambda: F.scaled_dot_product_attention(q, k, wide, is_causal=True),
+             "one map, query, key and value 128": lambda: F.scaled_dot_product_attention(
+                 F.pad(q, (0, 64)), F.pad(k, (0, 64)), wide, is_causal=True, scale=64 ** -0.5)}
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():

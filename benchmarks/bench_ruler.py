@@ -26,6 +26,10 @@ answer may run to 128 new tokens (no stop string); evalsuite's is generated sent
 stops at the end of the answer's line (20 new tokens). Accuracy is compared by RULER's rule
 (the needle's digits anywhere in the output: evalsuite's `correct_all_substring`) and,
 for evalsuite, also by its strict `correct_all`.
+
+Then, in this process, the model's forward passes alone over each tool's own prompts (one at
+a time, logits of the last position only): the least time any harness can take for those
+prompts on this machine, and so the most that any tool can lead lm-eval by here.
 """
 
 from __future__ import annotations
@@ -113,6 +117,43 @@ def run_evalsuite(folder: Path, out: Path, args: argparse.Namespace, env: dict[s
     return elapsed, json.loads(summary.read_text())["overall"]
 
 
+def lm_eval_prompts(out: Path) -> list[str]:
+    """The prompts lm-eval ran, chat template applied, from its logged samples."""
+    (samples,) = out.rglob("samples_niah_single_1_*.jsonl")
+    return [json.loads(line)["arguments"]["gen_args_0"]["arg_0"] for line in samples.read_text().splitlines()]
+
+
+def evalsuite_prompt_lengths(out: Path) -> list[int]:
+    """The token count of each prompt evalsuite ran (its records keep the prompts' hashes, not
+    their text, unless --log-prompts)."""
+    (samples,) = out.glob("*/samples.jsonl")
+    return [json.loads(line)["info"]["prompt_tokens"] for line in samples.read_text().splitlines()]
+
+
+def prefill_floor(folder: Path, lm_prompts: list[str], our_rows_from: Path, device: str) -> tuple[float, float]:
+    """Seconds of the model's forward passes alone over lm-eval's prompts and over evalsuite's:
+    one prompt at a time, no padding, logits of the last position only, in this process.
+    Neither tool can run its prompts faster than this, whatever it does around the model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+    lm_rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in lm_prompts]
+    # evalsuite's rows: its prompts' lengths, over lm-eval's tokens (a dense model's forward pass
+    # costs the same whichever tokens it reads)
+    tokens = [t for row in lm_rows for t in row]
+    our_rows = [tokens[:n] for n in evalsuite_prompt_lengths(our_rows_from)]
+    floors = []
+    for rows in (lm_rows, our_rows):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for row in rows:
+                model(input_ids=torch.tensor([row], device=device), logits_to_keep=1)
+        floors.append(time.perf_counter() - start)
+    return floors[0], floors[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", help="a transformers folder (default: SmolLM2 made from its GGUF)")
@@ -132,10 +173,13 @@ def main() -> None:
     env = offline_env(work)
     names = ("lm-eval niah_single_1", "evalsuite needle")
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    floors: list[tuple[float, float]] = []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as scratch:
             lm_time, lm_accuracy = run_lm_eval(folder, Path(scratch) / "lm", args, env)
             ours_time, ours = run_evalsuite(folder, Path(scratch) / "ours", args, env)
+            floors.append(prefill_floor(folder, lm_eval_prompts(Path(scratch) / "lm"), Path(scratch) / "ours",
+                                        args.device))
         times[names[0]].append(lm_time)
         times[names[1]].append(ours_time)
     (base_wall, base_cpu), (our_wall, our_cpu) = (
@@ -148,6 +192,11 @@ def main() -> None:
     print(f"  {names[1]:<24} {our_wall:7.1f} s {our_cpu:7.1f} s CPU   accuracy {ours['correct_all_substring']:.3f} "
           f"(same rule), {ours['correct_all']:.3f} (strict)")
     print(f"  evalsuite is {base_wall / our_wall:.2f}x faster by wall time, {base_cpu / our_cpu:.2f}x by CPU time")
+    lm_floor, our_floor = (statistics.median(f[i] for f in floors) for i in (0, 1))
+    print(f"  the model's forward passes alone, a prompt at a time (no imports, loading, decoding or scoring): "
+          f"{lm_floor:.1f} s over lm-eval's prompts, {our_floor:.1f} s over evalsuite's")
+    print(f"  so no harness running lm-eval's prompts on this model can beat lm-eval's wall time by more than "
+          f"{base_wall / lm_floor:.2f}x here; evalsuite's run is {our_wall / our_floor:.2f}x its own floor")
 
 
 if __name__ == "__main__":

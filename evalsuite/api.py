@@ -100,14 +100,16 @@ def run(task: str, models: str | Sequence[str], *, out: str | Path = "results", 
 
 def dry_run(task: str | None, models: str | Sequence[str], *, suite: str | Path | None = None, limit: int | None = None,
             device: str = "auto", batch_size: int = 8, seed: int | None = None,
-            model_options: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None) -> str:
-    """The plan of `run` (or of `run_suite` with `suite`) and a time estimate measured on each loaded model,
-    without running or writing anything (`engine/plan_cost.py`)."""
+            model_options: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
+            scale: str | None = None, data_dir: str | Path | None = None) -> str:
+    """The plan of `run` (or of `run_suite` with `suite`, `scale` and `data_dir`) and a time estimate
+    measured on each loaded model, without running or writing anything (`engine/plan_cost.py`)."""
     from evalsuite.engine.plan_cost import dry_run as plan
 
     return plan(task, [models] if isinstance(models, str) else list(models), suite=suite, limit=limit, device=device,
                 batch_size=batch_size, seed=seed, model_options={k: _option_text(v) for k, v in (model_options or {}).items()},
-                params={k: _option_text(v) for k, v in (params or {}).items()})
+                params={k: _option_text(v) for k, v in (params or {}).items()}, scale=scale,
+                data_dir=Path(data_dir) if data_dir is not None else None)
 
 
 def load(*run_folders: str | Path) -> Results:

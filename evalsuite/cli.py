@@ -130,10 +130,9 @@ def run(models: tuple[str, ...], baseline: str | None, task: str | None, suite: 
     if no_prefix_cache:  # an -M option, so that -M prefix_cache=false works too; never part of the run hash
         backend_options["prefix_cache"] = "false"
     if dry_run:
-        if scale is not None or data_dir is not None:  # the plan would silently use the default scale's entries
-            raise UserError("--dry-run does not take --scale or --data-dir yet; run without --dry-run")
         click.echo(api.dry_run(task, models, suite=suite, limit=limit, device=device, batch_size=batch_size, seed=seed,
-                               model_options=backend_options, params=split_pairs(task_options, "-T")))
+                               model_options=backend_options, params=split_pairs(task_options, "-T"), scale=scale,
+                               data_dir=data_dir))
         return
     common["log_to"] = log_to  # each finished run folder is sent to these trackers
     step = given_step_options(step_values)

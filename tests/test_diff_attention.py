@@ -56,10 +56,12 @@ def test_one_pass_logits_equal_transformers_diffllama(implementation):
 
 
 def test_the_wide_value_through_torch_sdpa_equals_transformers(monkeypatch):
-    """Where SDPA runs the wide value (its math kernel on CPU, which is why CPU keeps two calls)."""
+    """Where SDPA runs the wide value as it is (its math kernel on a CPU, which is why a CPU
+    widens query and key instead)."""
     model = random_diffllama("sdpa")
     want = logits(model, "transformers")
     monkeypatch.setattr(diff_attention, "EQUAL_WIDTH_KERNELS", ())
+    monkeypatch.setattr(diff_attention, "pads_query", lambda implementation, device: False)
     assert_same_rows(logits(model, "one_pass"), want)
 
 
@@ -87,8 +89,8 @@ def counting(delegate: str, calls: list[int]):
     return attend
 
 
-@pytest.mark.parametrize("delegate, per_layer", [("eager", 1), ("sdpa", 2)])
-def test_one_attention_call_per_layer_unless_the_kernel_needs_equal_widths(delegate, per_layer):
+@pytest.mark.parametrize("delegate, per_layer", [("eager", 1), ("sdpa", 1)])
+def test_one_attention_call_per_layer_on_the_cpu(delegate, per_layer):
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
@@ -103,6 +105,15 @@ def test_one_attention_call_per_layer_unless_the_kernel_needs_equal_widths(deleg
         calls.clear()
         logits(model, mode)
         assert calls == [layer for layer in range(3) for _ in range(expected)], mode
+
+
+def test_sdpa_widens_query_and_key_on_a_cpu_only_and_fused_kernels_keep_two_calls():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert diff_attention.pads_query("sdpa", cpu) and not diff_attention.scores_once("sdpa")
+    assert not diff_attention.pads_query("sdpa", cuda)  # two calls there: not measured on a GPU
+    assert not diff_attention.pads_query("eager", cpu) and diff_attention.scores_once("eager")
+    for fused in ("flash_attention_2", "flex_attention"):
+        assert not diff_attention.pads_query(fused, cpu) and not diff_attention.scores_once(fused)
 
 
 def test_the_hf_backend_installs_it_and_the_option_turns_it_off(tiny_models):

@@ -98,4 +98,8 @@ def test_needle_run_with_backoff_writes_the_records_of_a_run_that_fitted(tiny_mo
         runs[name] = run_task(make_task("needle", task), model, RunOptions(out=tmp_path / name, progress=False))
     fits, backoff = (run.samples_path.read_bytes() for run in runs.values())
     assert fits == backoff and len(fits.splitlines()) == 12
+    # the records cannot show the backoff: the run folder keeps it, and the size that fitted
+    kept = json.loads((runs["backoff"].path / "batch_limits.json").read_text())
+    assert kept["rows"] == 2 and [h["failed_rows"] for h in kept["halvings"]] == [8, 4]
+    assert not (runs["fits"].path / "batch_limits.json").exists()
     assert json.loads(fits.splitlines()[0])["outputs"]

@@ -246,6 +246,27 @@ def test_judge_options_of_a_suite_reach_the_entries_that_take_them(mini_suite, t
     assert code == 2 and "--scale and --data-dir are for --suite" in err
 
 
+def test_a_dry_run_plans_the_chosen_scale_clipped_entries_and_data_dir(mini_suite, tmp_path, capsys):
+    data = write_paper_data(tmp_path / "data")
+    out = tmp_path / "res"
+    plans = {}
+    for scale in ("quick", "paper"):
+        code, stdout, err = invoke(capsys, "run", "--suite", str(mini_suite), "--model", "fake", "--scale", scale,
+                                   "--data-dir", str(data), "-M", "max_context=8192", "--out", str(out), "--dry-run")
+        assert code == 0, err
+        plans[scale] = stdout
+        assert "skipped 'hallucination-xsum' (hallucination)" in err  # no --judge: left out, one line
+    # quick: 1 sample per cell over depths 0 and 1; paper: 3 per cell over the default depths; the
+    # 100000-token length is left out as the run leaves it out, so neither plan is refused
+    assert "needle on fake-oracle: 4 samples in 4 cells (1 per cell)" in plans["quick"]
+    assert "needle on fake-oracle: 30 samples in 10 cells (3 per cell)" in plans["paper"]
+    assert "context_length=100000" not in plans["paper"]
+    assert "icl on fake-oracle: 16 samples in 4 cells" in plans["quick"]  # its data came from --data-dir
+    assert not out.exists()
+    code, _, err = invoke(capsys, "run", "--task", "needle", "--model", "fake", "--scale", "quick", "--dry-run")
+    assert code == 2 and "--scale and --data-dir are for --suite" in err
+
+
 # ---- the paper report ------------------------------------------------------------------------------
 
 

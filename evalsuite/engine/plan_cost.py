@@ -220,33 +220,42 @@ def _describe_one(cost: PlanCost) -> list[str]:
 
 def dry_run(task_name: str | None, specs: Sequence[str], *, suite: str | Path | None, limit: int | None,
             device: str, batch_size: int, seed: int | None, model_options: Mapping[str, str],
-            params: Mapping[str, str]) -> str:
-    """The plan of one task (or of each entry of a suite) on each model (loaded one at a time,
-    checked as a run would check it, calibrated once), described; nothing is written."""
+            params: Mapping[str, str], scale: str | None = None, data_dir: Path | None = None) -> str:
+    """The plan of one task (or of each entry of a suite, at `scale`, its {data_dir} paths filled)
+    on each model (loaded one at a time, checked as a run would check it, calibrated once),
+    described; nothing is written. Suite entries are clipped to each model's context as a run
+    clips them, and optional entries that cannot run are left out with their line."""
     from .runner import make_task
 
     if suite is not None and (task_name is not None or params):
         raise UserError("--suite sets the tasks and their parameters: drop --task and -T, or edit the suite file")
+    if suite is None and (scale is not None or data_dir is not None):
+        raise UserError("--scale and --data-dir are for --suite; with --task give its parameters with -T")
     if suite is not None:
+        from .suite_scales import SuiteSettings
         from .suites import check_needs, load_suite
 
-        loaded = load_suite(suite, seed)
-        check_needs(loaded)
-        entries = [(entry.task, limit if limit is not None else entry.limit) for entry in loaded.entries]
+        if data_dir is not None and not data_dir.is_dir():
+            raise UserError(f"--data-dir {data_dir} is not a folder")
+        loaded = check_needs(load_suite(suite, seed, SuiteSettings(scale=scale, data_dir=data_dir)))
+        if not loaded.entries:
+            raise UserError(f"suite {loaded.name}: every entry was skipped; provide what the lines above ask for")
+        entries = [(entry.task, limit if limit is not None else entry.limit, entry.clip) for entry in loaded.entries]
     elif task_name is not None:
-        entries = [(make_task(task_name, params, seed), limit)]
+        entries = [(make_task(task_name, params, seed), limit, None)]
     else:
         raise UserError("give --task NAME (see `evalsuite list`) or --suite FILE")
     return describe(_costs(entries, specs, model_options, device, batch_size))
 
 
-def _costs(entries: Sequence[tuple[Any, int | None]], specs: Sequence[str], model_options: Mapping[str, str],
-           device: str, batch_size: int) -> list[PlanCost]:
+def _costs(entries: Sequence[tuple[Any, int | None, str | None]], specs: Sequence[str],
+           model_options: Mapping[str, str], device: str, batch_size: int) -> list[PlanCost]:
     import gc
 
     from evalsuite.backends import check_model, load_model
 
     from .runner import check_task, planned_samples
+    from .suite_scales import clipped
 
     for spec in specs[1:]:
         check_model(spec, model_options)
@@ -254,7 +263,8 @@ def _costs(entries: Sequence[tuple[Any, int | None]], specs: Sequence[str], mode
     for spec in specs:
         model = load_model(spec, model_options, device=device, batch_size=batch_size)
         calibration = calibrate(model)
-        for task, limit in entries:
+        for entry_task, limit, clip in entries:
+            task, _ = clipped(entry_task, clip, model.max_context)  # as the run would clip it
             state = check_task(task, model)
             samples = planned_samples(task, state, limit)
             if not samples:

@@ -42,7 +42,7 @@ from evalsuite.version import __version__
 from . import progress
 from .distributed import World, barrier, device_for, shard, world_from_env
 from .identity import IDENTITY_RULE, legacy_run_identity, run_identity
-from .records import Record, RunFolder, config_hash, prompt_fields
+from .records import Record, RunFolder, config_hash, prompt_fields, write_json_atomic
 from .steps import checkpoint_of, identity_with_step
 
 T = TypeVar("T")
@@ -171,6 +171,7 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
         _evaluate_all(task, model, state, run, todo, options, config["hash"], world)
         barrier(world)
         if world.main:
+            _keep_backoff(model, run)
             run.merge([s.id for s in samples])
             if options.step is not None:  # over the merged records, before the summary reads them
                 options.step.apply(run, options.progress)
@@ -197,6 +198,16 @@ def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder
     lines.close()
 
 
+def _keep_backoff(model: ModelAdapter, run: RunFolder) -> None:
+    """A backend that halves its batches on running out of memory says so in an optional
+    `batch_limits` ({"rows", "tokens"} in force, "halvings": one entry per halving so far);
+    when it halved, the run keeps that in batch_limits.json, since its records cannot show it
+    (they equal those of a run that fitted)."""
+    limits = getattr(model, "batch_limits", None)
+    if isinstance(limits, dict) and limits.get("halvings"):
+        write_json_atomic(run.path / BATCH_LIMITS_FILE, limits)
+
+
 def _refuse_repeated_ids(task: Task, samples: Sequence[Sample]) -> None:
     """Repeated parameter values (`-T depths=0,0.0`) would plan one sample twice."""
     seen: set[str] = set()
@@ -207,6 +218,7 @@ def _refuse_repeated_ids(task: Task, samples: Sequence[Sample]) -> None:
         seen.add(sample.id)
 
 
+BATCH_LIMITS_FILE = "batch_limits.json"
 MAX_SAMPLES = 1_000_000  # a plan larger than this is a typo (samples=200000000), not an evaluation
 
 

@@ -14,10 +14,11 @@ hf backend runs for DiffLlama checkpoints (`-M diff_attention=one_pass`, the def
 `-M diff_attention=transformers` keeps transformers' module). The attention functions that compute
 the logits themselves take a wider value as it is and so see one call per layer: transformers'
 eager attention, evalsuite's logit quantizer (`quant.py`, which the outliers observer rides), and
-the row reader of `attention_share.py` over eager. Fused kernels that need the value as wide as
-the query keep transformers' two calls: torch's CPU flash kernel refuses a wider value (SDPA
-would fall back to its math kernel, an n x n map per head), FlashAttention needs equal widths;
-docs/attention.md has what was measured.
+the row reader of `attention_share.py` over eager. SDPA on a CPU gets one call too, with the query
+and key widened by zeros to 2d: torch's CPU flash kernel refuses a value wider than the query
+(SDPA would fall back to its math kernel, an n x n map per head), and zeros change no score.
+Fused kernels elsewhere keep transformers' two calls (FlashAttention needs equal widths; CUDA's
+SDPA has not been measured here); docs/attention.md has what was measured.
 """
 
 from __future__ import annotations
@@ -90,11 +91,25 @@ def register_wrapper(name: str, delegate: str) -> None:
     _wrappers[name] = delegate
 
 
-def scores_once(implementation: str) -> bool:
-    """Whether a DiffLlama layer under `implementation` attends once with the wide value."""
+def delegate_of(implementation: str) -> str:
+    """The attention implementation that finally runs under `implementation` (past wrappers)."""
     while implementation in _wrappers:
         implementation = _wrappers[implementation]
-    return implementation not in EQUAL_WIDTH_KERNELS
+    return implementation
+
+
+def scores_once(implementation: str) -> bool:
+    """Whether a DiffLlama layer under `implementation` attends once with the wide value."""
+    return delegate_of(implementation) not in EQUAL_WIDTH_KERNELS
+
+
+def pads_query(implementation: str, device: torch.device) -> bool:
+    """Whether a DiffLlama layer attends once by widening query and key with zeros to the value's
+    width: SDPA on a CPU, whose flash kernel needs equal widths. The zeros add nothing to any
+    score, so each map's scores are transformers' own; the multiply-adds are those of the two
+    calls, but every score is exponentiated once, not twice (the kernel 0.93x the two calls' time
+    at 8K tokens; docs/attention.md)."""
+    return delegate_of(implementation) == "sdpa" and device.type == "cpu"
 
 
 def _transformers_diffllama() -> Any:
@@ -110,7 +125,8 @@ class OnePassDiffLlamaAttention(_transformers_diffllama().DiffLlamaAttention):  
                 attention_mask: torch.Tensor | None = None, past_key_values: Any = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         implementation = self.config._attn_implementation
-        if not scores_once(implementation):
+        padded = pads_query(implementation, hidden_states.device)
+        if not (padded or scores_once(implementation)):
             return super().forward(hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs)
         diffllama = _transformers_diffllama()
         input_shape = hidden_states.shape[:-1]
@@ -126,6 +142,8 @@ class OnePassDiffLlamaAttention(_transformers_diffllama().DiffLlamaAttention):  
 
         attend: Callable[..., Any] = ALL_ATTENTION_FUNCTIONS.get_interface(
             implementation, diffllama.eager_attention_forward)
+        if padded:  # the scale stays 1/sqrt(d): it is passed, not read from the padded width
+            query, key = (torch.nn.functional.pad(t, (0, self.head_dim)) for t in (query, key))
         output, weights = attend(self, query, key, wide_value(value), attention_mask, dropout=0.0,
                                  scaling=self.scaling, **kwargs)
         return self.o_proj(self.combine(output, query.dtype).reshape(*input_shape, -1)), weights
