@@ -1,6 +1,6 @@
 """Calibration and power of the regression gate (and of the ICL order test), by simulation.
 
-    python benchmarks/simulate_gate.py              # the tables in docs/statistics.md (about a minute)
+    python benchmarks/simulate_gate.py              # the tables in docs/statistics.md (about 10 s on 2 cores)
     python benchmarks/simulate_gate.py --runs 500   # quicker, noisier
 
 Every setting draws `--runs` seeded runs at once (numpy arrays of runs x samples)

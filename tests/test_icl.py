@@ -497,6 +497,25 @@ def test_icl_plots_draw_one_line_per_model(tmp_path):
     assert icl_accuracy_vs_shots(frame, tmp_path / "acc.png", "two models").stat().st_size > 5000
 
 
+def test_the_order_spread_figure_is_the_same_for_the_same_records(tmp_path):
+    """Its points are jittered: from a fixed seed, and numpy's global generator is left as it was."""
+    import numpy as np
+
+    from evalsuite.tasks.icl.view import icl_permutation_spread
+
+    rows = [{"model": m, "n_shots": n, "permutation": p, "test_index": t, "correct": (t + p * n + (m == "b")) % 2 == 0}
+            for m in ("a", "b") for n in (2, 4) for p in range(4) for t in range(5)]
+    frame = pd.DataFrame(rows)
+    np.random.seed(1)
+    first = icl_permutation_spread(frame, tmp_path / "first.png", "spread").read_bytes()
+    after = np.random.random()
+    np.random.seed(1)
+    second = icl_permutation_spread(frame, tmp_path / "second.png", "spread").read_bytes()
+    assert np.random.random() == after  # the caller's random stream is untouched
+    np.random.seed(2)
+    assert icl_permutation_spread(frame, tmp_path / "third.png", "spread").read_bytes() == first == second
+
+
 # ---- bad input: one line, exit 2 --------------------------------------------------------------
 
 def test_bad_inputs_are_one_line_errors(tmp_path, trec_file, capsys):

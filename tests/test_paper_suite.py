@@ -240,6 +240,12 @@ def test_judge_options_of_a_suite_reach_the_entries_that_take_them(mini_suite, t
     judged = out / result["runs"][2]["run"] / "judgements"
     assert judged.is_dir() and any(judged.iterdir())
     code, _, err = invoke(capsys, "run", "--suite", str(mini_suite), "--model", "fake", "--out", str(out),
+                          "--scale", "paper", "--data-dir", str(data), "--no-progress", "-M", "max_context=8192")
+    assert code == 0, err  # another scale into the same folder: the result file says so as it is replaced
+    assert "note: suite-mini-paper-fake-oracle.json listed the runs of fake at scale quick; it now lists fake " \
+           "at scale paper" in err
+    assert json.loads((out / "suite-mini-paper-fake-oracle.json").read_text())["scale"] == "paper"
+    code, _, err = invoke(capsys, "run", "--suite", str(mini_suite), "--model", "fake", "--out", str(out),
                           "--scale", "paper", "--task", "needle")
     assert code == 2 and "--suite sets the tasks" in err
     code, _, err = invoke(capsys, "run", "--task", "needle", "--model", "fake", "--out", str(out), "--scale", "quick")

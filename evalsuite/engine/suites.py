@@ -251,6 +251,7 @@ def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptio
     result: Path = options.out / f"suite-{_safe(suite.name)}-{_safe(model.name)}.json"
     if not world_from_env().main:
         return result  # rank 0 writes the suite result
+    _note_replaced(result, suite.scale, spec)
     write_json_atomic(result, {
         "format": RESULT_FORMAT, "version": 1, "suite": suite.name, "suite_file": str(suite.path),
         "model": model.name, "model_spec": spec, "scale": suite.scale,
@@ -262,6 +263,19 @@ def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptio
     })
     return result
 
+
+
+def _note_replaced(result: Path, scale: str | None, spec: str) -> None:
+    """One line when this run replaces the result file of another scale or checkpoint: the file
+    lists the newest run of each model, and the older run folders stay beside it."""
+    try:
+        before = json.loads(result.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(before, dict) and (before.get("scale"), before.get("model_spec")) != (scale, spec):
+        print(f"note: {result.name} listed the runs of {before.get('model_spec')} at scale {before.get('scale')}; "
+              f"it now lists {spec} at scale {scale} (the earlier run folders are kept; use another --out to "
+              "keep both results)", file=sys.stderr)
 
 
 def skipped_entries(result: Path) -> list[tuple[str, str]]:

@@ -130,6 +130,7 @@ def icl_permutation_spread(frame: pd.DataFrame, path: Path, title: str) -> Path:
     """Accuracy of each demonstration order, per shot count and model (box + points);
     the spread (best - worst) is the height of each box's whiskers."""
     import matplotlib.pyplot as plt
+    import numpy as np
     import seaborn as sns
 
     from evalsuite.analysis.plots import save
@@ -138,8 +139,13 @@ def icl_permutation_spread(frame: pd.DataFrame, path: Path, title: str) -> Path:
     accuracy["correct"] = accuracy["correct"].astype(float)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * accuracy["n_shots"].nunique() + 3), 4.5))
     sns.boxplot(data=accuracy, x="n_shots", y="correct", hue="model", ax=ax, whis=(0, 100), fill=False)
-    sns.stripplot(data=accuracy, x="n_shots", y="correct", hue="model", ax=ax, dodge=True, legend=False,
-                  size=5, alpha=0.8)
+    state = np.random.get_state()  # seaborn jitters the points with numpy's global generator:
+    np.random.seed(0)  # seeded here so that the same records draw the same figure, then restored
+    try:
+        sns.stripplot(data=accuracy, x="n_shots", y="correct", hue="model", ax=ax, dodge=True, legend=False,
+                      size=5, alpha=0.8)
+    finally:
+        np.random.set_state(state)
     ax.set_ylim(0, 1)
     ax.set_xlabel("demonstrations (shots)")
     ax.set_ylabel("accuracy of one order")
