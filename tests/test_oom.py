@@ -102,4 +102,7 @@ def test_needle_run_with_backoff_writes_the_records_of_a_run_that_fitted(tiny_mo
     kept = json.loads((runs["backoff"].path / "batch_limits.json").read_text())
     assert kept["rows"] == 2 and [h["failed_rows"] for h in kept["halvings"]] == [8, 4]
     assert not (runs["fits"].path / "batch_limits.json").exists()
+    later = run_task(make_task("needle", {**task, "samples": "1"}), model, RunOptions(out=tmp_path / "later",
+                                                                                     progress=False))
+    assert not (later.path / "batch_limits.json").exists()  # the same model, no halving during this run
     assert json.loads(fits.splitlines()[0])["outputs"]

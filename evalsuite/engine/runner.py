@@ -168,10 +168,11 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
         if world.distributed:
             run.write_rank_file(world.rank)
         todo = shard([s for s in samples if s.id not in done], world, task.shard_key)
+        halved = len(_batch_limits(model)["halvings"])
         _evaluate_all(task, model, state, run, todo, options, config["hash"], world)
         barrier(world)
         if world.main:
-            _keep_backoff(model, run)
+            _keep_backoff(model, run, halved)
             run.merge([s.id for s in samples])
             if options.step is not None:  # over the merged records, before the summary reads them
                 options.step.apply(run, options.progress)
@@ -198,14 +199,19 @@ def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder
     lines.close()
 
 
-def _keep_backoff(model: ModelAdapter, run: RunFolder) -> None:
+def _batch_limits(model: ModelAdapter) -> dict[str, Any]:
     """A backend that halves its batches on running out of memory says so in an optional
-    `batch_limits` ({"rows", "tokens"} in force, "halvings": one entry per halving so far);
-    when it halved, the run keeps that in batch_limits.json, since its records cannot show it
-    (they equal those of a run that fitted)."""
+    `batch_limits`: {"rows", "tokens"} in force, "halvings": one entry per halving so far."""
     limits = getattr(model, "batch_limits", None)
-    if isinstance(limits, dict) and limits.get("halvings"):
-        write_json_atomic(run.path / BATCH_LIMITS_FILE, limits)
+    return limits if isinstance(limits, dict) else {"halvings": []}
+
+
+def _keep_backoff(model: ModelAdapter, run: RunFolder, halved_before: int) -> None:
+    """The halvings made during this run, with the limits they left, in batch_limits.json: the
+    records cannot show them (they equal those of a run that fitted)."""
+    limits = _batch_limits(model)
+    if len(limits["halvings"]) > halved_before:
+        write_json_atomic(run.path / BATCH_LIMITS_FILE, {**limits, "halvings": limits["halvings"][halved_before:]})
 
 
 def _refuse_repeated_ids(task: Task, samples: Sequence[Sample]) -> None:
