@@ -129,22 +129,29 @@ def model_inputs():
     return ids, mask
 
 
-@pytest.mark.parametrize("kind", ("base", "diff"))
-def test_full_model_logits_match_hand_written_reference(tiny_models, kind):
+def reference_logits(model, bits: int, granularity: str, ids, mask):
+    """The model's logits with the hand-written reference as its attention function (through the
+    model's own attention calls); the model is left on sdpa."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+    name = f"test_reference_{bits}_{granularity}"
+    AttentionInterface.register(name, reference_attention(bits, granularity))
+    AttentionMaskInterface.register(name, sdpa_mask)
+    model.set_attn_implementation(name)
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    model.set_attn_implementation("sdpa")
+    return logits
+
+
+@pytest.mark.parametrize("kind", ("base", "diff"))
+def test_full_model_logits_match_hand_written_reference(tiny_models, kind):
     model = load(tiny_models[kind])
     ids, mask = model_inputs()
     for bits in (8, 4):
         for granularity in quant.GRANULARITIES:
-            name = f"test_reference_{bits}_{granularity}"
-            AttentionInterface.register(name, reference_attention(bits, granularity))
-            AttentionMaskInterface.register(name, sdpa_mask)
-            model.set_attn_implementation(name)
-            with torch.inference_mode():
-                want = model(input_ids=ids, attention_mask=mask).logits
-            model.set_attn_implementation("sdpa")
+            want = reference_logits(model, bits, granularity, ids, mask)
             with quant.using(model, quant.AttnQuant(bits, granularity, chunk_bytes=4 * 2 * 4 * 24 * 5)):
                 with torch.inference_mode():
                     got = model(input_ids=ids, attention_mask=mask).logits
@@ -206,21 +213,12 @@ def test_every_map_of_a_diff_model_is_quantized_as_the_reference_says(kind):
     """DIFF V2 (both heads of each pair in one call) and the one-pass DiffLlama (both maps in one
     call, each once) against the hand-written reference run through the model's own attention
     calls (transformers' two calls for DiffLlama); `tensor` puts both maps under one scale."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     from evalsuite.backends.hf import diff_attention
 
     model = random_diff(kind.removesuffix("-one-pass"))
     ids, mask = model_inputs()
     for bits, granularity in ((8, "tensor"), (4, "head"), (4, "row")):
-        name = f"test_reference_{bits}_{granularity}"
-        AttentionInterface.register(name, reference_attention(bits, granularity))
-        AttentionMaskInterface.register(name, sdpa_mask)
-        model.set_attn_implementation(name)
-        with torch.inference_mode():
-            want = model(input_ids=ids, attention_mask=mask).logits
-        model.set_attn_implementation("sdpa")
+        want = reference_logits(model, bits, granularity, ids, mask)
         diff_attention.install(model, "one_pass")  # DiffLlama only; V2 has one call of its own
         with quant.using(model, quant.AttnQuant(bits, granularity, chunk_bytes=4 * 2 * 8 * 24 * 5)):
             with torch.inference_mode():

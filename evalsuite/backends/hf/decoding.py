@@ -13,7 +13,7 @@ runs out of memory is halved and run again (`oom.py`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -27,6 +27,8 @@ from .oom import BatchLimits
 from .prefix_cache import Prefix, PrefixCache
 from .prefix_share import MIN_SHARED_TOKENS, SharePlan, Start, batch_start, caches_are_plain, plan_sharing, prefill_anchors
 from .static_decode import StaticSteps, answer_budget
+
+T = TypeVar("T")
 
 
 class Decoder:
@@ -118,6 +120,24 @@ class Decoder:
             cache = out.past_key_values
         return out
 
+    def each_batch(self, lengths: Sequence[int], state: Prefix | None, plan: SharePlan | None,
+                   call: Callable[[list[int], Start | None], Sequence[T]]) -> list[tuple[int, T]]:
+        """(index, value) of every row: `call(batch, start)` on each batch (`in_batches`), its rows
+        starting after the prefix `state` or their shared beginnings; the prefix's cache is put
+        back after every batch."""
+        done: list[tuple[int, T]] = []
+
+        def work(batch: list[int]) -> None:
+            try:
+                values = call(batch, self.start_for(batch, lengths, state, plan))
+            finally:
+                if state is not None:
+                    state.restore()
+            done.extend(zip(batch, values))
+
+        self.in_batches(lengths, work, self.unshared(lengths, plan))
+        return done
+
     # ---- shared beginnings ---------------------------------------------------------------
 
     def share(self, rows: Sequence[Sequence[int]], unshared: Sequence[int]) -> SharePlan | None:
@@ -174,19 +194,8 @@ class Decoder:
         if self.options.continuous_batching and self.static is None and full_attention_only(self.model):
             generator = ContinuousGenerator(self, group, rows, lengths, state, plan)
             return generator.run(self.order(lengths, self.unshared(lengths, plan)))
-        answers: list[tuple[int, str]] = []
-
-        def work(batch: list[int]) -> None:
-            try:
-                start = self.start_for(batch, lengths, state, plan)
-                texts = self.generate_batch([rows[i] for i in batch], [group[i] for i in batch], start)
-            finally:
-                if state is not None:
-                    state.restore()
-            answers.extend(zip(batch, texts))
-
-        self.in_batches(lengths, work, self.unshared(lengths, plan))
-        return answers
+        return self.each_batch(lengths, state, plan, lambda batch, start: self.generate_batch(
+            [rows[i] for i in batch], [group[i] for i in batch], start))
 
     def longest_choice(self, request: GenerationRequest) -> int:
         """Tokens of the request's longest choice: the most steps a constrained answer takes."""
@@ -275,19 +284,8 @@ class Decoder:
         rows = [self.scored_row(c, k, state is not None) for c, k in pairs]
         plan = self.share(rows, [len(k) for _, k in pairs]) if state is None else None
         lengths = [len(r) + (state.length if state else 0) for r in rows]
-        results: list[tuple[int, Loglikelihood]] = []
-
-        def work(batch: list[int]) -> None:
-            try:
-                start = self.start_for(batch, lengths, state, plan)
-                scored = self.loglikelihood_batch([rows[i] for i in batch], [pairs[i][1] for i in batch], start)
-            finally:
-                if state is not None:
-                    state.restore()
-            results.extend(zip(batch, scored))
-
-        self.in_batches(lengths, work, self.unshared(lengths, plan))
-        return results
+        return self.each_batch(lengths, state, plan, lambda batch, start: self.loglikelihood_batch(
+            [rows[i] for i in batch], [pairs[i][1] for i in batch], start))
 
     def scored_row(self, context: list[int], continuation: list[int], after_prefix: bool) -> list[int]:
         # The last continuation token is predicted, never fed: the input is (context +
