@@ -1,15 +1,13 @@
 """The Python API: run, score, report, compare and check, as the command line does them.
 
-The command line is a thin layer over these functions, so a notebook and
-`evalsuite run` produce the same run folders, records, summaries and
-comparisons.
+The command line is a thin layer over these functions, so a notebook and `evalsuite run`
+produce the same run folders, records, summaries and comparisons (`watch`: integrations/watch_loop.py).
 
     import evalsuite
     results = evalsuite.run("needle", ["toy-diff", "toy-base"], lengths=[256, 512])
     results.frame.groupby(["model", "context_length"])["correct_all"].mean()
 
-Heavy modules (pandas, the runner, the backends) are imported by the functions
-that need them, so importing this module (as the command line does) stays light.
+Heavy modules (pandas, the runner, the backends) load in the functions that need them: importing this stays light.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalsuite.engine.multi import compare_models, compare_suite_models, distinct_models
 from evalsuite.engine.records import RunFolder, open_run
+from evalsuite.integrations.watch_loop import watch_folder as watch  # noqa: F401  (evalsuite watch)
 
 from .errors import UserError, unknown
 
@@ -101,15 +100,15 @@ def run(task: str, models: str | Sequence[str], *, out: str | Path = "results", 
 def dry_run(task: str | None, models: str | Sequence[str], *, suite: str | Path | None = None, limit: int | None = None,
             device: str = "auto", batch_size: int = 8, seed: int | None = None,
             model_options: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
-            scale: str | None = None, data_dir: str | Path | None = None) -> str:
-    """The plan of `run` (or of `run_suite` with `suite`, `scale` and `data_dir`) and a time estimate
-    measured on each loaded model, without running or writing anything (`engine/plan_cost.py`)."""
+            scale: str | None = None, data_dir: str | Path | None = None, step: Mapping[str, Any] | None = None) -> str:
+    """The plan of `run` (or of `run_suite` with `suite`, `scale`, `data_dir` and the run-step options
+    `step`) and a time estimate measured on each loaded model, without running or writing anything."""
     from evalsuite.engine.plan_cost import dry_run as plan
 
     return plan(task, [models] if isinstance(models, str) else list(models), suite=suite, limit=limit, device=device,
                 batch_size=batch_size, seed=seed, model_options={k: _option_text(v) for k, v in (model_options or {}).items()},
                 params={k: _option_text(v) for k, v in (params or {}).items()}, scale=scale,
-                data_dir=Path(data_dir) if data_dir is not None else None)
+                data_dir=Path(data_dir) if data_dir is not None else None, step=dict(step or {}))
 
 
 def load(*run_folders: str | Path) -> Results:
@@ -343,6 +342,14 @@ def check(candidate: str | Path, baseline: str | Path, *, max_drop: float = 0.02
 
     tolerances = Tolerances(max_drop, dict(max_drop_by_metric or {}))
     return gate(candidate, baseline, tolerances, alpha, require_non_inferiority, metrics, allow_unjudged)
+
+
+def version_note(inputs: Sequence[str | Path], *, refuse: bool = False) -> str | None:
+    """One line naming every difference of code (evalsuite, task versions, transformers, torch, lm-eval)
+    among the runs `inputs` hold, None when they agree; with `refuse`, a UserError (`--same-versions`)."""
+    from evalsuite.engine.code_versions import versions_note
+
+    return versions_note(inputs, refuse=refuse)
 
 
 def parse_max_drop(values: Sequence[str]) -> tuple[float, dict[str, float]]:

@@ -129,13 +129,13 @@ def run(models: tuple[str, ...], baseline: str | None, task: str | None, suite: 
     backend_options = split_pairs(model_options, "-M")
     if no_prefix_cache:  # an -M option, so that -M prefix_cache=false works too; never part of the run hash
         backend_options["prefix_cache"] = "false"
-    if dry_run:
+    step = given_step_options(step_values)
+    if dry_run:  # the run-step options too: a suite's judged entries are planned when --judge is given
         click.echo(api.dry_run(task, models, suite=suite, limit=limit, device=device, batch_size=batch_size, seed=seed,
                                model_options=backend_options, params=split_pairs(task_options, "-T"), scale=scale,
-                               data_dir=data_dir))
+                               data_dir=data_dir, step=step))
         return
     common["log_to"] = log_to  # each finished run folder is sent to these trackers
-    step = given_step_options(step_values)
     if suite is not None or task is None:  # run-step options apply to the entries whose task declares them
         _run_suite(suite, task, task_options, models, backend_options, {**common, "step": step, "scale": scale,
                                                                           "data_dir": data_dir})
@@ -235,6 +235,9 @@ def _paper_report(runs: tuple[Path, ...], html_file: Path | None, paper_dir: Pat
 def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
     """Paired comparison of two runs of one task configuration (or of two suite results, run by run):
     tables in markdown, CSV and LaTeX, and difference plots."""
+    note = api.version_note([run_a, run_b])
+    if note is not None:
+        click.echo(note, err=True)
     for comparison, folder in api.compare(run_a, run_b, out=out, alpha=alpha):
         click.echo(comparison.markdown(cells=False))
         click.echo(f"written: {folder}\n")
@@ -258,9 +261,11 @@ def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
               help="Write CANDIDATE's per-sample outcomes as a baseline file (JSON, small enough to commit).")
 @click.option("--require-non-inferiority", is_flag=True,
               help="Release gate: pass only when each metric's drop is shown to be within --max-drop.")
+@click.option("--same-versions", is_flag=True,
+              help="Refuse (exit 2) runs made by different evalsuite, task, transformers, torch or lm-eval versions.")
 def check_cmd(candidate: Path, baseline: Path | None, max_drop: tuple[str, ...], metrics: tuple[str, ...],
               alpha: float, allow_unjudged: bool, junit: Path | None, export_baseline: Path | None,
-              require_non_inferiority: bool) -> None:
+              require_non_inferiority: bool, same_versions: bool) -> None:
     """Regression gate: exit 1 when the task's primary metric of CANDIDATE (run folder or suite result), over
     all samples or in a cell of the task's gating axes, dropped below the baseline by more than --max-drop
     beyond noise (Holm-adjusted p < --alpha); 0 otherwise; 2 on bad input or nothing to test."""
@@ -270,6 +275,9 @@ def check_cmd(candidate: Path, baseline: Path | None, max_drop: tuple[str, ...],
         click.echo(f"baseline written: {api.export_baseline(candidate, export_baseline)}")
     if baseline is None:
         return
+    note = api.version_note([candidate, baseline], refuse=same_versions)
+    if note is not None:
+        click.echo(note, err=True)
     default, by_metric = api.parse_max_drop(max_drop)
     result = api.check(candidate, baseline, max_drop=default, max_drop_by_metric=by_metric, metrics=metrics,
                        alpha=alpha, require_non_inferiority=require_non_inferiority, allow_unjudged=allow_unjudged)

@@ -9,12 +9,11 @@ subclasses `TaskBase` and writes the three methods of `Task`:
     the model adapter answers each request (types.py: one output type per request kind)
     score(sample, outputs) -> scores, stored with the record
 
-Every optional hook has a default on `TaskBase`, so the engine and the analysis
-call hooks without asking whether a task has them. A task's presentation
-(plots, report section, HTML samples, the view of a pair of runs) lives in its
-`view`, a `TaskView` subclass. `validate_task` runs when a task registers: a
-missing member, a hook of the wrong kind, a near miss of a hook's name, or a
-method written against the old contract is one line naming what to change.
+Every optional hook has a default on `TaskBase`, so the engine and the analysis call hooks without
+asking whether a task has them. A task's presentation (plots, report section, HTML samples, the view
+of a pair of runs) lives in its `view`, a `TaskView` subclass. `validate_task` runs when a task
+registers: a missing member, a hook of the wrong kind, a near miss of a hook's name, or a method
+written against the old contract is one line naming what to change.
 """
 
 from __future__ import annotations
@@ -29,14 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast, runtime_checkable
 
 from .errors import UserError
-from .types import AttentionMass, GenerationRequest, Loglikelihood, LoglikelihoodRequest
+from .types import AttentionMass, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Sample
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from evalsuite.engine.records import Record, RunFolder
-
-    from .types import Sample
 
 
 class ContractError(UserError, TypeError):
@@ -133,6 +130,8 @@ class TaskBase:
     primary_metric: ClassVar[str | None] = None  # the metric `check` gates by default (None: metrics[0])
     view: ClassVar[type[TaskView]] = TaskView  # the task's presentation
     options: ClassVar[tuple[TaskOption, ...]] = ()  # command-line options of its run step
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change: a new run folder (code_versions.py)
+    score_version: ClassVar[int] = 1  # bump when scoring changes: resumed runs are scored again
 
     def prepare(self, model: ModelAdapter | None) -> Any:
         """What `plan` and `requests` read that depends on the model or on loaded data (shot counts,

@@ -185,7 +185,7 @@ def test_the_example_workflow_installs_what_ci_smoke_needs():
     workflow = (Path(__file__).parents[1] / "docs" / "ci-workflow.yml").read_text()
     assert "--suite ci-smoke" in workflow
     assert "zeroshot" in [e.task.name for e in load_suite("ci-smoke").entries]
-    assert re.search(r"pip install [\"']?\.\[lmeval\]", workflow)
+    assert re.search(r"pip install (-c constraints.txt )?[\"']?\.\[lmeval\]", workflow)
 
 
 def test_a_folder_is_no_suite(tmp_path):

@@ -74,7 +74,7 @@ def test_a_damaged_trainer_state_is_one_line_asking_for_step(tmp_path, content):
 
 
 def test_only_a_step_changes_the_run_identity():
-    identity = run_identity("needle", {"lengths": [256]}, None, {"name": "m", "backend": "fake"})
+    identity = run_identity("needle", {"lengths": [256]}, None, {"name": "m", "backend": "fake"}, 1)
     assert identity_with_step(identity, None) is identity
     with_step = identity_with_step(identity, {"step": 5, "family": "m"})
     assert config_hash(with_step) != config_hash(identity)
@@ -85,7 +85,7 @@ def test_a_run_without_a_step_keeps_its_hash_and_config(tmp_path):
     run = evalsuite.run("needle", "fake:oracle", out=tmp_path, lengths=[768], depths=[0], samples=2).runs[0]
     config = run.read_config()
     assert "checkpoint" not in config
-    expected = run_identity("needle", config["params"], config["limit"], config["model"])
+    expected = run_identity("needle", config["params"], config["limit"], config["model"], config["task_versions"]["plan"])
     assert config["hash"] == config_hash(expected)
     stepped = evalsuite.run("needle", "fake:oracle", out=tmp_path, lengths=[768], depths=[0], samples=2,
                             checkpoint_step=100).runs[0]

@@ -42,6 +42,9 @@ def trend(runs: tuple[Path, ...], out: str, gate: bool, against: str, latest_onl
         raise click.UsageError("--against and --latest-only choose what --gate checks: add --gate")
     if not out.strip():
         raise click.UsageError("--out must name a folder (an empty name would write into the current folder)")
+    note = api.version_note(runs)
+    if note is not None:
+        click.echo(note, err=True)
     default, by_metric = api.parse_max_drop(max_drop)
     result = api.trend(runs, out=Path(out), gate=against if gate else None, max_drop=default,
                        max_drop_by_metric=by_metric, metrics=metrics, alpha=alpha, allow_unjudged=allow_unjudged,

@@ -47,23 +47,22 @@ def identity_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | Non
 # path and the config's `_name_or_path`, hashed into `config_sha256`) and, for weights too large
 # to hash whole, their modification time. None of that decides the outputs, so the hash leaves
 # it out: a moved checkpoint, or the same command from another working directory, finds its run.
+# The task's plan version is in it: prompts built by other code are another run.
 LOCATION_KEYS = ("spec", "path", "config_sha256", "weights_mtime")
-# The content-only fields that replaced them; runs hashed under the earlier rule lacked these.
-CONTENT_KEYS = ("config_content_sha256", "weights_sample_sha256")
-IDENTITY_RULE = "content"  # config.json's `identity_rule`; absent in folders of the earlier rule
+IDENTITY_RULE = "content+plan-version"  # config.json's `identity_rule`
 
 
-def run_identity(task: str, params: Mapping[str, Any], limit: int | None,
-                 fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    """What the run hash covers: the task, its parameters (package data by its place in the
-    package), the sample limit and the model's content, never file locations."""
+def run_identity(task: str, params: Mapping[str, Any], limit: int | None, fingerprint: Mapping[str, Any],
+                 plan_version: int) -> dict[str, Any]:
+    """What the run hash covers: the task and the version of its prompt building, its parameters
+    (package data by its place in the package), the sample limit and the model's content, never
+    file locations."""
+    return {**unversioned_identity(task, params, limit, fingerprint), "plan_version": plan_version}
+
+
+def unversioned_identity(task: str, params: Mapping[str, Any], limit: int | None,
+                         fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity of earlier releases, which recorded no task version: to recognise their folders."""
     model = {k: v for k, v in fingerprint.items() if k not in LOCATION_KEYS}
     return {"task": task, "params": {k: _portable(v) for k, v in params.items()}, "limit": limit,
             "model": model}
-
-
-def legacy_run_identity(task: str, params: Mapping[str, Any], limit: int | None,
-                        fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    """The identity under the earlier rule (locations included), to find folders it named."""
-    model = {k: v for k, v in fingerprint.items() if k not in CONTENT_KEYS}
-    return {"task": task, "params": dict(params), "limit": limit, "model": model}

@@ -16,8 +16,10 @@ out with one warning line, and moved to samples.rejected.jsonl when the run
 resumes, so good records after a damaged line are kept rather than recomputed.
 
 A line is damaged when it breaks the record format (`record_format`: the type
-of each field, and one kind of value per field of `axes` and `scores` across
-the run), so one damaged line never turns a run's numbers into text.
+of each field, one kind of value per field of `axes` and `scores` across the
+run, and what an installed task declares), so one damaged line never turns a
+run's numbers into text. Resume and every reader of a finished run (report,
+compare, check, view, trend, log, export) read records here, by one rule.
 
 While a run writes, it holds an exclusive lock on run.lock (filelock: flock on POSIX,
 LockFileEx on Windows) and writes its pid to run.pid: a second process on the
@@ -31,7 +33,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +43,21 @@ from filelock import FileLock, Timeout
 
 from evalsuite.errors import UserError
 
-from .record_format import check_fields, odd_kinds
+from .record_format import check_config, check_declared, check_fields, odd_kinds
+
+# The axes and metrics an installed task declares, by task name (None: not installed here). The
+# registry sets it when it loads: it sits above this module, which therefore cannot ask it.
+DeclaredFields = Callable[[str], "tuple[Sequence[str], Sequence[str]] | None"]
+_declared: list[DeclaredFields] = []
+
+
+def declare_fields(lookup: DeclaredFields) -> None:
+    """Check records against what their task declares, as `lookup` tells (`record_format.check_declared`)."""
+    _declared[:] = [lookup]
+
+
+class DamagedRun(UserError):
+    """A run folder whose config.json names a task but holds a field readers cannot take apart."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,10 @@ class RunFolder:
             raise UserError(f"{self.path} is not a readable run folder: {exc}") from None
         if not isinstance(config, dict) or not isinstance(config.get("task"), str):
             raise UserError(f"{self.path} is not a readable run folder: config.json does not name its task")
+        try:
+            check_config(config)
+        except ValueError as exc:
+            raise DamagedRun(f"{self.path} is not a readable run folder: config.json's {exc}") from None
         return config
 
     def read_records(self, repair: bool = False) -> list[Record]:
@@ -218,6 +238,10 @@ class RunFolder:
         if [r.id for r in ordered] != [r.id for r in records]:
             self._rewrite(ordered, ReadReport())
 
+    def replace_records(self, records: list[Record]) -> None:
+        """samples.jsonl holding exactly `records` (written whole, then moved into place)."""
+        self._rewrite(records, ReadReport())
+
     def rank_files(self) -> list[Path]:
         return sorted(self.path.glob("samples.rank*.jsonl"))
 
@@ -235,9 +259,11 @@ class RunFolder:
             if path.is_file():
                 self._parse(_read_bytes(path), identity, mine, report)
         odd = odd_kinds([record for _, record in mine])
+        declared = _declared[0](identity[1]) if _declared else None
         for index, (line, record) in enumerate(mine):
-            if index in odd:
-                report.damage(line, odd[index])
+            why = odd.get(index) or (check_declared(record, *declared) if declared else None)
+            if why:
+                report.damage(line, why)
             elif record.id in seen:
                 report.duplicate.append(line)
             else:

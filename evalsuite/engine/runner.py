@@ -14,7 +14,6 @@ import dataclasses
 import gc
 import itertools
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -37,11 +36,11 @@ from evalsuite.errors import UserError, unknown
 from evalsuite.params import build_params, to_jsonable
 from evalsuite.registry import get_task
 from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Output, Sample, output_to_json
-from evalsuite.version import __version__
 
 from . import progress
+from .code_versions import library_versions, rescore_outdated, task_versions, warn_untested
 from .distributed import World, barrier, device_for, shard, world_from_env
-from .identity import IDENTITY_RULE, legacy_run_identity, run_identity
+from .identity import IDENTITY_RULE, run_identity, unversioned_identity
 from .records import Record, RunFolder, config_hash, prompt_fields, write_json_atomic
 from .steps import checkpoint_of, identity_with_step
 
@@ -90,28 +89,20 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    versions = {"python": platform.python_version(), "evalsuite": __version__}
-    for package in ("torch", "transformers", "datasets", "lm_eval"):
-        try:
-            versions[package] = md.version(package)
-        except md.PackageNotFoundError:
-            continue
-    return versions
-
-
 def run_config(task: Task, model: ModelAdapter, options: RunOptions) -> dict[str, Any]:
     """The run's config.json: what was run (the full fingerprint, locations included, for the
     reader) and `hash`, which covers content only (engine.identity.run_identity)."""
     params, fingerprint = to_jsonable(task), model.fingerprint()
     checkpoint = checkpoint_of(fingerprint, options.checkpoint_step)  # the training step, when one is known
-    digest = config_hash(identity_with_step(run_identity(task.name, params, options.limit, fingerprint), checkpoint))
-    legacy = config_hash(identity_with_step(legacy_run_identity(task.name, params, options.limit, fingerprint),
-                                            checkpoint))
+    versions = task_versions(task)
+    digest = config_hash(identity_with_step(run_identity(task.name, params, options.limit, fingerprint,
+                                                         versions["plan"]), checkpoint))
+    earlier = config_hash(identity_with_step(unversioned_identity(task.name, params, options.limit, fingerprint),
+                                             checkpoint))
+    untested = warn_untested()
     return {"task": task.name, "params": params, "limit": options.limit, "model": fingerprint, "hash": digest,
-            "identity_rule": IDENTITY_RULE, "legacy_hash": legacy, "versions": _versions(),
+            "identity_rule": IDENTITY_RULE, "earlier_hash": earlier, "task_versions": versions,
+            "versions": library_versions(), **({"untested_versions": untested} if untested else {}),
             "git_commit": _git_commit(), "log_prompts": options.log_prompts,
             **({"checkpoint": checkpoint} if checkpoint is not None else {})}
 
@@ -121,21 +112,14 @@ def _folder_name(config: Mapping[str, Any], digest: str) -> str:
 
 
 def run_folder_for(config: dict[str, Any], options: RunOptions) -> RunFolder:
-    """The run's folder; a folder the same run made under the earlier identity rule (checkpoint
-    locations in the hash) is resumed where it is, its records keeping their hash."""
-    legacy_hash = config.pop("legacy_hash")
+    """The run's folder. A folder of the same run made by a release that recorded no task
+    version may hold prompts built otherwise: it is named, and left as it is."""
+    earlier = RunFolder(options.out / _folder_name(config, config.pop("earlier_hash")))
     run = RunFolder(options.out / _folder_name(config, config["hash"]))
-    legacy = RunFolder(options.out / _folder_name(config, legacy_hash))
-    if run.config_path.is_file() or not legacy.config_path.is_file():
-        return run
-    if legacy.read_config().get("hash") != legacy_hash:
-        return run
-    if world_from_env().main:
-        print(f"note: {legacy.path} was made under the earlier run-identity rule (checkpoint locations in "
-              "the hash); resuming it there", file=sys.stderr)
-    config["hash"] = legacy_hash
-    config.pop("identity_rule")
-    return legacy
+    if not run.config_path.is_file() and earlier.config_path.is_file() and world_from_env().main:
+        print(f"note: {earlier.path} holds this run as an earlier evalsuite made it, with no task version "
+              f"recorded; not resumed (its prompts may differ): starting {run.path}", file=sys.stderr)
+    return run
 
 
 def check_writable(folder: Path) -> None:
@@ -162,6 +146,7 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
     with run.lock() if world.main else contextlib.nullcontext():
         if world.main:
             run.read_records(repair=True)  # one consistent samples.jsonl before any rank reads it
+            _say(rescore_outdated(task, run, samples))
         barrier(world)
         done = {r.id for r in run.read_records()}
         barrier(world)  # every rank has read the done set before any rank appends
@@ -182,6 +167,11 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
     if world.main and options.finished is not None:
         options.finished(run)
     return run
+
+
+def _say(line: str | None) -> None:
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder, todo: list[Sample],

@@ -5,8 +5,13 @@ V2 (the DIFF authors, January 2026) keeps Llama's blocks and changes the attenti
 - q_proj gives 2h query heads of width d, k_proj and v_proj give h_kv heads (GQA);
 - one ordinary causal attention call over the 2h query heads; the two heads of pair i are
   the adjacent heads 2i and 2i+1, so with GQA groups of two or more query heads they fall
-  in the same group and share key and value (with as many KV heads as query heads, as in
-  a matched model of an MHA baseline, each head has its own);
+  in the same group and share key and value. The authors' layout is that one (the DIFF V2
+  README, microsoft/unilm `Diff-Transformer/Diff-Transformer-V2/README.md`: the two heads
+  subtracted "are in the same GQA group, which means they share the same key and value.
+  This is crucial to performance"), and they match a baseline of h heads by keeping its h
+  heads as output heads, doubling the query heads, keeping its KV heads and its o_proj.
+  The class also accepts as many KV heads as query heads, where each head has its own key
+  and value: the layout the authors call wrong, which the shipped toy-diff2 uses;
 - a weight per token and output head, `lam = sigmoid(lambda_proj(x))` (bias-free, d_model -> h);
 - `out_i = attn_2i - lam_i * attn_2i+1`; no per-head norm, no (1 - lambda_init) factor;
   o_proj maps h*d back to d_model.
@@ -26,17 +31,16 @@ import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.llama.modeling_llama import (
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
-    LlamaPreTrainedModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-    eager_attention_forward,
-    rotate_half,
-)
+
+from evalsuite import compat
+
+_llama = compat.llama_modeling()  # the Llama blocks V2 keeps
+LlamaDecoderLayer: Any = _llama.LlamaDecoderLayer
+LlamaPreTrainedModel: Any = _llama.LlamaPreTrainedModel
+LlamaModel: Any = _llama.LlamaModel
+LlamaForCausalLM: Any = _llama.LlamaForCausalLM
+# the module's own eager attention, where evalsuite's attention readers look for it (attention_share)
+eager_attention_forward = _llama.eager_attention_forward
 
 
 @strict
@@ -66,7 +70,7 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch
     [f0, f0, f1, f1, ...], so it takes the first half and repeats each entry."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     if not interleaved:
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        return q * cos + _llama.rotate_half(q) * sin, k * cos + _llama.rotate_half(k) * sin
     half = cos.shape[-1] // 2
     cos = cos[..., :half].repeat_interleave(2, dim=-1)
     sin = sin[..., :half].repeat_interleave(2, dim=-1)
@@ -96,8 +100,9 @@ class DiffLlamaV2Attention(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor,
                 position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-                attention_mask: torch.Tensor | None = None, past_key_values: Any = None,
+                attention_mask: torch.Tensor | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        kv_cache = compat.passed_cache(kwargs)
         batch, time = hidden_states.shape[:2]
         shape = (batch, time, -1, self.head_dim)
         query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
@@ -106,10 +111,10 @@ class DiffLlamaV2Attention(nn.Module):
         assert position_embeddings is not None, "the model passes rotary embeddings to every layer"
         cos, sin = position_embeddings
         query, key = apply_rotary(query, key, cos, sin, self.config.rope_interleaved)
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
-        attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward)
+        if kv_cache is not None:
+            key, value = compat.update_cache(kv_cache, key, value, self.layer_idx, kwargs)
+        attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = compat.attention_function(
+            compat.attention_implementation(self.config), eager_attention_forward)
         output, weights = attend(self, query, key, value, attention_mask, scaling=self.scaling,
                                  dropout=0.0 if not self.training else self.attention_dropout, **kwargs)
         return self.o_proj(self.combine(output, hidden_states)), weights
@@ -129,7 +134,7 @@ class DiffLlamaV2Attention(nn.Module):
 class DiffLlamaV2DecoderLayer(LlamaDecoderLayer):
     def __init__(self, config: DiffLlamaV2Config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.self_attn = DiffLlamaV2Attention(config, layer_idx)  # type: ignore[assignment]
+        self.self_attn = DiffLlamaV2Attention(config, layer_idx)
 
 
 class DiffLlamaV2PreTrainedModel(LlamaPreTrainedModel):
@@ -156,8 +161,8 @@ class DiffLlamaV2Model(DiffLlamaV2PreTrainedModel, LlamaModel):
         self.vocab_size = config.vocab_size
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
         self.layers = nn.ModuleList([DiffLlamaV2DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = LlamaRotaryEmbedding(config=config)
+        self.norm = _llama.LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = _llama.LlamaRotaryEmbedding(config=config)
         self.gradient_checkpointing = False
         self.post_init()
 

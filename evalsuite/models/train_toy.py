@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalsuite import compat
 from evalsuite.errors import UserError
 from evalsuite.tasks.needle.task import ANSWER_PREFIX, CITIES, Needle, question_for
 from evalsuite.types import Sample
@@ -206,7 +207,7 @@ def train(
 
     torch.set_num_threads(cfg.threads)
     model = random_model(kind, len(tokenizer), cfg.size, cfg.seed)
-    model.config._attn_implementation = "sdpa"
+    compat.set_attention_implementation(model.config, "sdpa")
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

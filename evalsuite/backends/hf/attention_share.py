@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from evalsuite import compat
 from evalsuite.backends.common.tokens import TokenRules
 from evalsuite.errors import UserError, first_line
 from evalsuite.types import AttentionMass
@@ -215,26 +216,20 @@ def _module_eager(module: Any) -> Callable[..., Any]:
 def rows_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any,
                    **kwargs: Any) -> Any:
     """The registered attention function: read the rows, then attend exactly as the model would."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     collector = _active
     if collector is None:
         raise UserError(f"{type(module).__name__} runs evalsuite's row-reading attention outside a measurement")
     collector.observe(module, query, key, kwargs.get("scaling"))
-    own = _module_eager(module) if collector.original == "eager" else ALL_ATTENTION_FUNCTIONS[collector.original]
+    own = _module_eager(module) if collector.original == "eager" else compat.attention_function(collector.original)
     return own(module, query, key, value, attention_mask, *args, **kwargs)
 
 
 def _register(original: str) -> str:
     """The wrapper's name for a model running `original`, with the same mask format as `original`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
     name = NAME_PREFIX + original
-    if original not in ALL_MASK_ATTENTION_FUNCTIONS:
+    if not compat.has_mask_function(original):
         raise UserError(f"attention allocation cannot read rows through attention implementation {original!r}")
-    AttentionInterface.register(name, rows_attention)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[original])
+    compat.register_attention(name, rows_attention, masks_like=original)
     diff_attention.register_wrapper(name, original)  # a DiffLlama layer attends as under `original`
     return name
 
@@ -290,7 +285,8 @@ class AttentionShare:
     def attention_mass(self, ids: Sequence[int], queries: Sequence[int], spans: Sequence[tuple[int, int]],
                        layers: Sequence[int] | None = None, differential_norm: str = "lambda") -> AttentionMass:
         selected = self._check_request(ids, queries, spans, layers, differential_norm)
-        collector = RowCollector(queries, spans, selected, self.model.config._attn_implementation, self.device)
+        collector = RowCollector(queries, spans, selected, compat.attention_implementation(self.model.config),
+                                 self.device)
         tokens = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         with routed(self.model, collector):
             self._prefill(tokens[:, : max(queries) + 1], collector)
@@ -298,14 +294,12 @@ class AttentionShare:
 
     def _prefill(self, tokens: torch.Tensor, collector: RowCollector) -> None:
         """The prompt a slice at a time over one KV cache; each pass ends at the deepest selected layer."""
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
+        cache = compat.empty_cache(self.model.config)
         for start in range(0, tokens.shape[1], PREFILL_ROWS):
             collector.new_forward()
             try:
-                self.model(input_ids=tokens[:, start : start + PREFILL_ROWS], past_key_values=cache, use_cache=True,
-                           logits_to_keep=1)
+                self.model(input_ids=tokens[:, start : start + PREFILL_ROWS], use_cache=True, logits_to_keep=1,
+                           **compat.cache_argument(cache))
             except _DeepestLayerDone:
                 continue
 

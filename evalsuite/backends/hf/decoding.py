@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from evalsuite import compat
 from evalsuite.backends.common.choices import END, ChoiceTrie
 from evalsuite.backends.common.tokens import TokenRules
 from evalsuite.types import GenerationRequest, Loglikelihood, LoglikelihoodRequest
@@ -95,8 +96,8 @@ class Decoder:
             use_cache = True
         if bool((mask == 0).any()) and ids.shape[1] > self.options.prefill_chunk:
             return self.chunked_forward(ids, mask, positions, cache, keep), mask, positions
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=use_cache, logits_to_keep=keep)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=use_cache,
+                         logits_to_keep=keep, **compat.cache_argument(cache))
         return out, mask, positions
 
     def chunked_forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any,
@@ -115,9 +116,9 @@ class Decoder:
             if start == end:
                 continue
             out = self.model(input_ids=ids[:, start:end], attention_mask=mask[:, : seen_before + end],
-                             position_ids=positions[:, start:end], past_key_values=cache, use_cache=True,
-                             logits_to_keep=keep if end == width else 1)
-            cache = out.past_key_values
+                             position_ids=positions[:, start:end], use_cache=True,
+                             logits_to_keep=keep if end == width else 1, **compat.cache_argument(cache))
+            cache = compat.returned_cache(out)
         return out
 
     def each_batch(self, lengths: Sequence[int], state: Prefix | None, plan: SharePlan | None,
@@ -207,8 +208,8 @@ class Decoder:
 
     def decode_step(self, token_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> Any:
         """One token per row through the model, after its cache."""
-        return self.model(input_ids=token_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                          use_cache=True)
+        return self.model(input_ids=token_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                          **compat.cache_argument(cache))
 
     @torch.inference_mode()
     def generate_batch(self, rows: list[list[int]], requests: list[GenerationRequest], start: Start | None
@@ -216,7 +217,7 @@ class Decoder:
         """The answers of one batch (-M continuous_batching=false or compile=true): a prefill, then
         one decode step per token until every row is done."""
         out, mask, positions = self.forward(rows, start, keep=1, use_cache=True)
-        cache = out.past_key_values
+        cache = compat.returned_cache(out)
         states = [self.new_row(r) for r in requests]
         if self.static is not None:
             budget = answer_budget(requests, self.longest_choice)
@@ -231,7 +232,7 @@ class Decoder:
             positions = positions[:, -1:] + 1
             token_ids = torch.tensor(feed, dtype=torch.long, device=self.device)[:, None]
             out = self.decode_step(token_ids, mask, positions, cache)
-            cache = out.past_key_values
+            cache = compat.returned_cache(out)
             logits = out.logits[:, -1]
         return [s.text for s in states]
 

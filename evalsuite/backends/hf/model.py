@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from evalsuite import compat
 from evalsuite.backends.common.checkpoint import (
     config_content_sha256,
     sha256_json,
@@ -101,7 +102,7 @@ class HFModel:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "device": self.device.type,
-            "attn_implementation": self.model.config._attn_implementation,
+            "attn_implementation": compat.attention_implementation(self.model.config),
             "chat_template": self.chat_template,
             "max_context": self.max_context,
             "quantization": self._quantization(),

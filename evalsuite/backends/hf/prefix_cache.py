@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from evalsuite import compat
 from evalsuite.backends.common.tokens import PREFIX_TAIL, TokenRules
 
 from .loading import HFOptions
@@ -74,9 +75,7 @@ class PrefixCache:
             return self.current
         self.current = None  # free the old cache first: one prefix in memory at a time
         state = self.encode_prefix(prefix, attention)
-        from transformers.cache_utils import DynamicLayer
-
-        if not all(type(layer) is DynamicLayer for layer in state.cache.layers):
+        if not compat.is_plain_cache(state.cache):
             self.usable = False  # sliding-window or recurrent layers: cannot crop or widen safely
             return None
         self.current = state
@@ -92,8 +91,8 @@ class PrefixCache:
             piece = torch.tensor([ids[start : start + step]], dtype=torch.long, device=self.device)
             self.prefilled_tokens += piece.shape[1]
             positions = torch.arange(start, start + piece.shape[1], device=self.device)[None]
-            cache = self.model(input_ids=piece, position_ids=positions, past_key_values=cache, use_cache=True,
-                               logits_to_keep=1).past_key_values
+            cache = compat.returned_cache(self.model(input_ids=piece, position_ids=positions, use_cache=True,
+                                                     logits_to_keep=1, **compat.cache_argument(cache)))
         return Prefix(prefix, len(ids), cache, attention)
 
 
@@ -111,12 +110,9 @@ class Prefix:
         by `restore`), else a copy widened to `size` rows for this batch only."""
         if size == 1:
             return self.cache
-        from transformers import DynamicCache
-
-        layers = [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v, *_ in self.cache]
-        wide = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in layers])
-        for layer, (keys, values) in zip(wide.layers, layers):
-            layer.keys, layer.values = keys, values  # type: ignore[union-attr]  # views: the model's first update copies them, once
+        layers = [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v in compat.cache_tensors(self.cache)]
+        wide = compat.new_cache((k[:, :, :0], v[:, :, :0]) for k, v in layers)
+        compat.set_cache_tensors(wide, layers)  # views: the model's first update copies them, once
         return wide
 
     def restore(self) -> None:

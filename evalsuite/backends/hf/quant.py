@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from evalsuite import compat
 from evalsuite.errors import UserError
 
 NAME = "evalsuite_absmax"  # the attention implementation name registered with transformers
@@ -234,11 +235,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, absmax_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    compat.register_attention(NAME, absmax_attention, masks_like="sdpa")
     _registered = True
 
 
@@ -304,7 +301,7 @@ def enable(model: Any, quant: AttnQuant, observer: LogitObserver | None = None) 
         disable(model)
         return
     register()
-    model.__dict__.setdefault("_evalsuite_original_attn", model.config._attn_implementation)
+    model.__dict__.setdefault("_evalsuite_original_attn", compat.attention_implementation(model.config))
     try:
         _route(model, Hook(quant, observer), NAME)
         _verify_routing(model)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from evalsuite import compat
 from evalsuite.errors import UserError
 from evalsuite.types import GenerationRequest
 
@@ -53,7 +54,7 @@ class StaticSteps:
         batch, width = mask.shape
         slots = max(slots, batch)
         columns = -(-(width + budget) // WIDTH_STEP) * WIDTH_STEP
-        cache = self._cache(out.past_key_values, slots, columns)
+        cache = self._cache(compat.returned_cache(out), slots, columns)
         full_mask = torch.zeros((slots, columns), dtype=mask.dtype, device=self.device)
         full_mask[:batch, :width] = mask
         full_mask[batch:, 0] = 1  # unused rows attend somewhere: a row with no key at all is NaN
@@ -69,30 +70,19 @@ class StaticSteps:
             ids[:batch, 0] = torch.tensor(feed, dtype=torch.long, device=self.device)
             full_mask[:batch, column] = 1
             position += 1
-            step = self.step(input_ids=ids, attention_mask=full_mask, position_ids=position, past_key_values=cache,
-                             use_cache=True)
+            step = self.step(input_ids=ids, attention_mask=full_mask, position_ids=position, use_cache=True,
+                             **compat.cache_argument(cache))
             logits = step.logits[:batch, -1].clone()  # a graph's outputs are overwritten by its next replay
             column += 1
 
     def _cache(self, prefilled: Any, slots: int, columns: int) -> Any:
         """The static cache of this shape (made once, then reused), holding the prefill's keys
         and values in its first columns, its write counter just after them."""
-        from transformers import StaticCache
-
+        layers = compat.cache_tensors(prefilled)
         cache = self.caches.get((slots, columns))
-        layers = list(prefilled)
         if cache is None:
-            cache = StaticCache(config=self.model.config, max_cache_len=columns)
-            static_layers: list[Any] = cache.layers
-            for layer, (keys, values, *_) in zip(static_layers, layers):
-                layer.lazy_initialization(keys.new_empty((slots, keys.shape[1], 0, keys.shape[3])),
-                                          values.new_empty((slots, values.shape[1], 0, values.shape[3])))
-            self.caches[(slots, columns)] = cache
-        width = layers[0][0].shape[2]
-        for layer, (keys, values, *_) in zip(cache.layers, layers):
-            layer.keys[: keys.shape[0], :, :width].copy_(keys)
-            layer.values[: values.shape[0], :, :width].copy_(values)
-            layer.cumulative_length.fill_(width)
+            cache = self.caches[(slots, columns)] = compat.static_cache(self.model.config, slots, columns, layers)
+        compat.fill_static_cache(cache, layers)
         return cache
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from evalsuite import compat
 from evalsuite.errors import UserError
 
 from .loading import HFOptions
@@ -56,18 +57,17 @@ class TokenNLL:
         """(1, width - 1) float32 NLLs of a (1, width) window, on the CPU. The window is fed whole,
         its last token included though it predicts nothing, so one pass computes exactly what the
         plain forward pass computes; only a slice holding nothing but the last token is skipped."""
-        from transformers import DynamicCache
-
         decoder, head = self.model.get_decoder(), self.model.get_output_embeddings()
         width = ids.shape[1]
-        eager = self.model.config._attn_implementation == "eager"  # the one implementation quadratic in memory
+        eager = compat.attention_implementation(self.model.config) == "eager"  # the one implementation quadratic in memory
         slice_width = self.options.prefill_chunk if eager else width
         one_pass = width <= slice_width  # no later slice needs the keys and values: keep no cache
-        cache = None if one_pass else DynamicCache(config=self.model.config)
+        cache = None if one_pass else compat.empty_cache(self.model.config)
         pieces = []
         for start in range(0, width - 1, slice_width):
             end = min(start + slice_width, width)
-            hidden = decoder(input_ids=ids[:, start:end], past_key_values=cache, use_cache=not one_pass).last_hidden_state
+            hidden = decoder(input_ids=ids[:, start:end], use_cache=not one_pass,
+                             **compat.cache_argument(cache)).last_hidden_state
             targets = ids[:, start + 1 : end + 1]
             pieces.append(head_nll(head, hidden[:, : targets.shape[1]], targets))
         return torch.cat(pieces, dim=1)

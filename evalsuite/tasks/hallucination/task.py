@@ -174,6 +174,8 @@ class Hallucination(TaskBase):
     """Contextual hallucination: outputs judged for support by their document (paper §3.6)."""
 
     name: ClassVar[str] = "hallucination"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     group_by: ClassVar[tuple[str, ...]] = ("dataset",)
     metrics: ClassVar[tuple[str, ...]] = ("empty_output",)
     primary_metric: ClassVar[str | None] = "empty_output"  # with the judged side scores, per dataset

@@ -186,6 +186,8 @@ class Nll(TaskBase):
     """Cumulative average negative log-likelihood by position, one pass per document (paper §3.3)."""
 
     name: ClassVar[str] = "nll"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     group_by: ClassVar[tuple[str, ...]] = ("context_length",)
     metrics: ClassVar[tuple[str, ...]] = ("nll", "nll_second_half")
     primary_metric: ClassVar[str | None] = "nll"  # gated per context length

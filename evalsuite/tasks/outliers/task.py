@@ -81,6 +81,8 @@ class Outliers(TaskBase):
     """Activation outliers: top-k and median |x| of attention logits and hidden states (paper §3.7)."""
 
     name: ClassVar[str] = "outliers"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     group_by: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[str, ...]] = ("attn_top1", "attn_median", "hidden_top1", "hidden_median")
     primary_metric: ClassVar[str | None] = "attn_top1"

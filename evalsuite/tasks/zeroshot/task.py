@@ -192,6 +192,8 @@ class ZeroShot(TaskBase):
     """Zero-shot benchmarks (ARC, BoolQ, HellaSwag, OBQA, PIQA, WinoGrande) via lm-eval; attention-bits sweep."""
 
     name: ClassVar[str] = "zeroshot"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     group_by: ClassVar[tuple[str, ...]] = ("benchmark", "bits")
     metrics: ClassVar[tuple[str, ...]] = ("score", "acc", "acc_norm")
     gating_axes: ClassVar[tuple[str, ...] | None] = ("bits",)  # check gates acc per attention bit width
