@@ -31,3 +31,7 @@ COMMANDS.append(export_cmd)
 from .convert import convert  # noqa: E402
 
 COMMANDS.append(convert)
+
+from .watch import watch  # noqa: E402
+
+COMMANDS.append(watch)

@@ -1,0 +1,261 @@
+"""`evalsuite watch`: each new checkpoint of a training folder evaluated, trended, gated, alerted.
+
+The loop looks at the folder (woken by file-system events, or every `interval` seconds), takes
+the checkpoints that are ready and not in the ledger (`engine/watch.py`), lowest step first,
+and hands each to the executor (`watch_jobs.py`). Each one finished is written to the ledger
+with its run folders, its metrics and its gate: `analysis.trend` over every checkpoint the
+ledger holds, with this checkpoint checked against the previous (or best) one before it by
+`check`'s per-cell gate, exactly as `evalsuite trend --gate` would. A regression is posted to
+the webhook when one is given. A checkpoint that does not load is written as failed, with the
+reason, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalsuite.engine.watch import Candidate, Entry, Ledger, Readiness, candidates, files_digest
+from evalsuite.errors import UserError
+
+from .watch_jobs import EvalJob, Outcome, executor_for
+from .webhook import check_url, message, post
+
+SETTLING = "files complete"  # the start of what a complete checkpoint that may still change waits for
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """How `evalsuite watch` follows the folder, and what it gates against."""
+
+    folder: Path
+    pattern: str = "checkpoint-*"
+    marker: str | None = None  # a file the trainer writes last: its presence alone makes a checkpoint ready
+    settle: float = 10.0  # seconds a complete checkpoint's files must stay unchanged
+    interval: float = 30.0  # seconds between looks when no event comes
+    polling: bool = False
+    once: bool = False
+    until_step: int | None = None  # stop once a checkpoint at this step or later is done
+    against: str = "previous"
+    max_drop: float = 0.02
+    max_drop_by_metric: Mapping[str, float] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    alpha: float = 0.05
+    webhook: str | None = None
+    executor: str = "local"
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    evaluated: tuple[Entry, ...]  # in this call, in the order finished
+    already: tuple[str, ...]  # checkpoints the ledger held before this call
+    waiting: dict[str, str]  # checkpoints not ready when it stopped, and why
+    trend: Path
+
+    @property
+    def failed(self) -> list[Entry]:
+        """Checkpoints that did not load, or whose gate found a regression."""
+        return [e for e in self.evaluated if e.status != "ok" or (e.gate or {}).get("failed")]
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+class Watcher:
+    def __init__(self, job: EvalJob, settings: WatchSettings, echo: Callable[[str], None] = _say):
+        if not settings.folder.is_dir():
+            raise UserError(f"no such folder to watch: {settings.folder}")
+        if not settings.pattern.strip():
+            raise UserError("--model-pattern must not be empty (e.g. 'checkpoint-*')")
+        if settings.against not in ("previous", "best"):
+            raise UserError(f"--against takes previous or best, got {settings.against!r}")
+        if settings.webhook is not None:
+            check_url(settings.webhook)
+        job.check()  # an unknown task or tracker is refused before any checkpoint is looked at
+        self.job, self.settings, self.echo = job, settings, echo
+        self.out = Path(job.out)
+        self.ledger = Ledger(self.out)
+        self.executor = executor_for(job, settings.executor, settings.executor_options)
+        self.readiness = Readiness(settings.marker, settings.settle)
+        self.waiting: dict[str, str] = {}
+        self.evaluated: list[Entry] = []
+
+    # ---- one look -------------------------------------------------------------------------------
+
+    def look(self) -> list[Candidate]:
+        """The checkpoints ready now and not yet done, by step; what the others wait for is noted."""
+        found, stepless = candidates(self.settings.folder, self.settings.pattern)
+        done = {e.path: e for e in self.ledger.entries() if e.job == self.job.digest()}
+        ready, waiting = [], {}
+        for candidate in found:
+            entry = done.get(str(candidate.path.resolve()))
+            if entry is not None and (entry.status == "ok" or entry.signature == files_digest(candidate.path)):
+                continue
+            why = self.readiness.look(candidate)
+            if why is None:
+                ready.append(candidate)
+            else:
+                waiting[candidate.name] = why
+        for name in stepless:
+            waiting[name] = "no training step in its name or trainer_state.json"
+        for name, why in waiting.items():
+            if self.waiting.get(name) != why and not why.startswith(SETTLING):
+                self.echo(f"waiting for {name}: {why}")
+        if waiting != self.waiting or not self.ledger.state_path.is_file():
+            self.ledger.write_state(waiting)
+        self.waiting = waiting
+        return ready
+
+    def settling(self) -> bool:
+        return any(why.startswith(SETTLING) for why in self.waiting.values())
+
+    # ---- one checkpoint -------------------------------------------------------------------------
+
+    def evaluate(self, ready: Sequence[Candidate]) -> None:
+        """Every ready checkpoint submitted (a cluster runs them side by side), then each outcome
+        recorded and gated in step order."""
+        submitted: list[tuple[Candidate, Outcome]] = []
+        for candidate in ready:
+            submitted.append((candidate, self.executor.submit(candidate.path)))
+        for candidate, outcome in submitted:
+            self.echo(f"evaluating {candidate.name} (step {candidate.step})")
+            self.record(candidate, outcome())
+
+    def record(self, candidate: Candidate, answer: Mapping[str, Any]) -> None:
+        where = (candidate.name, str(candidate.path.resolve()), candidate.step)
+        if "error" in answer:
+            entry = Entry(*where, status="failed", reason=str(answer["error"]), signature=files_digest(candidate.path),
+                          job=self.job.digest())
+            self.echo(f"{candidate.name} (step {candidate.step}) failed: {entry.reason}")
+        else:
+            runs = tuple(str(Path(run).resolve()) for run in answer["runs"])
+            gate = self.gate(candidate, runs)
+            entry = Entry(*where, status="ok", runs=runs, metrics=_metrics(runs), gate=gate,
+                          signature=files_digest(candidate.path), job=self.job.digest())
+            for run in runs:
+                self.echo(f"{candidate.name} (step {candidate.step}): {run}")
+            if gate is not None:
+                self.echo(gate["verdict"])
+                for line in gate["cells"]:
+                    self.echo(f"  {line}")
+                if gate["failed"] and self.settings.webhook is not None:
+                    post(self.settings.webhook, message(gate["verdict"], gate["cells"]))
+        self.ledger.append(entry)
+        self.evaluated.append(entry)
+
+    def gate(self, candidate: Candidate, runs: Sequence[str]) -> dict[str, Any] | None:
+        """The trend over the ledger's checkpoints and this one, written under OUT/trend; this
+        checkpoint's gate as {verdict, failed, cells, against}, None when it is the first."""
+        from evalsuite.analysis.check import Tolerances
+        from evalsuite.analysis.trend import trend
+
+        s = self.settings
+        inputs = [*self.ledger.runs(), *(Path(run) for run in runs)]
+        try:
+            result = trend(inputs, self.out / "trend", gate_against=s.against,
+                           tolerances=Tolerances(s.max_drop, dict(s.max_drop_by_metric)), alpha=s.alpha,
+                           metrics=s.metrics)
+        except UserError as exc:  # two runs at one step, nothing scored: the records stay, the gate is skipped
+            self.echo(f"warning: no gate for {candidate.name}: {exc}")
+            return None
+        names = {Path(run).name for run in runs}
+        mine = [g for g in result.gates if g.step == candidate.step and g.run in names]
+        if not mine:
+            return None
+        cells = [_cell_line(g.series, g.against, c) for g in mine for c in g.failed]
+        failed = [g for g in mine if g.failed]
+        against = sorted({g.against for g in mine})
+        where = f"against step {', '.join(str(a) for a in against)} ({s.against})"
+        rows = sum(len(g.result.checks) for g in mine)
+        if failed:
+            verdict = (f"evalsuite watch: {candidate.name} (step {candidate.step}) REGRESSED {where}: "
+                       f"{len(cells)} of {rows} gated rows failed")
+        else:
+            verdict = f"evalsuite watch: {candidate.name} (step {candidate.step}) passed {where}: {rows} gated rows"
+        return {"verdict": verdict, "failed": bool(failed), "cells": cells, "against": against}
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def reached_the_end(self) -> bool:
+        until = self.settings.until_step
+        return until is not None and any(e.step >= until for e in self.ledger.entries())
+
+    def run(self) -> WatchResult:
+        from evalsuite.engine.watch_wait import Waiter
+
+        s = self.settings
+        with Waiter(s.folder, s.interval, polling=s.polling or s.once, ignore=self.out) as waiter:
+            self.echo(f"watching {s.folder} for {s.pattern} ({waiter.mode}); records under {self.out}")
+            looks = 0
+            while not self.reached_the_end():
+                ready = self.look()
+                looks += 1
+                self.evaluate(ready)
+                if s.once and (looks >= 2 or not self.settling()):
+                    break  # --once: a second look only for files that were complete at the first
+                if self.reached_the_end():
+                    break
+                if not ready:  # --once waits out --settle whole: its second look is its last
+                    waiter.wait((s.settle if s.once else min(s.interval, s.settle)) if self.settling() else None)
+        now, mine = {e.path for e in self.evaluated}, self.job.digest()
+        already = tuple(e.checkpoint for e in sorted(self.ledger.entries(), key=lambda e: e.step)
+                        if e.path not in now and e.job == mine)
+        return WatchResult(tuple(self.evaluated), already, dict(self.waiting), self.out / "trend")
+
+
+def _cell_line(series: str, against: int, check: Any) -> str:
+    where = "over all samples" if check.cell == "all" else f"in cell {check.cell}"
+    return (f"{series}: {check.metric} {where}: {check.baseline:.3f} at step {against} -> {check.candidate:.3f} "
+            f"(drop {check.drop:+.3f}, tolerance {check.max_drop:g}, n {check.n})")
+
+
+def _metrics(runs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each run folder's task and the numbers of its summary's overall row, by folder name."""
+    found = {}
+    for run in runs:
+        summary = json.loads((Path(run) / "summary.json").read_text(encoding="utf-8"))
+        numbers = {k: v for k, v in summary.get("overall", {}).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        found[Path(run).name] = {"task": summary.get("task"), **numbers}
+    return found
+
+
+def watch_folder(folder: str | Path, *, task: str | None = None, suite: str | Path | None = None,
+                 out: str | Path = "results", params: Mapping[str, Any] | None = None,
+                 model_options: Mapping[str, Any] | None = None, device: str = "auto", batch_size: int = 8,
+                 limit: int | None = None, seed: int | None = None, log_to: Sequence[str] = (),
+                 scale: str | None = None, data_dir: str | Path | None = None, progress: bool = False,
+                 echo: Callable[[str], None] = _say, **settings: Any) -> WatchResult:
+    """`evalsuite watch`: `task` (with its `params`) or `suite` on each checkpoint of `folder`;
+    `settings` are WatchSettings' fields (pattern, marker, settle, once, until_step, against,
+    webhook, executor...)."""
+    if (task is None) == (suite is None):
+        raise UserError("give --task NAME (with its -T parameters) or --suite FILE, one of them")
+    if suite is not None and params:
+        raise UserError("--suite sets the tasks and their parameters: drop -T, or edit the suite file")
+    if not str(out).strip():
+        raise UserError("--out must name a folder (an empty name would write into the current folder)")
+    known = set(WatchSettings.__dataclass_fields__) - {"folder"}
+    if set(settings) - known:
+        raise TypeError(f"watch() got unexpected settings: {', '.join(sorted(set(settings) - known))}")
+    job = EvalJob(out=str(Path(out).resolve()), task=task, suite=str(suite) if suite is not None else None,
+                  params={k: option_text(v) for k, v in (params or {}).items()},
+                  model_options={k: option_text(v) for k, v in (model_options or {}).items()}, device=device,
+                  batch_size=batch_size, limit=limit, seed=seed, log_to=tuple(log_to), scale=scale,
+                  data_dir=str(data_dir) if data_dir is not None else None, progress=progress)
+    return Watcher(job, WatchSettings(folder=Path(folder), **settings), echo).run()
+
+
+def option_text(value: Any) -> str:
+    """A Python value as the `key=value` text the command line would take."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ",".join(str(v) for v in value)
+    return str(value)

@@ -1,0 +1,52 @@
+"""A failed gate posted to a webhook as Slack-compatible JSON (`evalsuite watch --webhook URL`).
+
+The body is what Slack's incoming webhooks take, and what Mattermost, Discord's `/slack`
+endpoints and most chat bridges accept too: `text` (the one-line verdict, the fallback every
+client shows) and `blocks` (the verdict, then the offending cells, one per line, in mrkdwn).
+A webhook that cannot be reached is a warning: the checkpoint's records are safe on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from evalsuite.errors import UserError
+
+MAX_LINES = 20  # offending cells listed in one message; the rest are counted
+TIMEOUT_S = 10.0
+
+
+def check_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--webhook takes an http:// or https:// URL, got {url!r}")
+    return url
+
+
+def message(verdict: str, cells: Sequence[str]) -> dict[str, Any]:
+    """The Slack body: `text` holds the verdict, `blocks` the verdict and each offending cell."""
+    shown = list(cells[:MAX_LINES])
+    if len(cells) > MAX_LINES:
+        shown.append(f"... and {len(cells) - MAX_LINES} more")
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{verdict}*"}}]
+    if shown:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(shown)}})
+    return {"text": verdict, "blocks": blocks}
+
+
+def post(url: str, body: dict[str, Any]) -> bool:
+    """POST `body` as JSON; False (and a warning line) when the webhook did not take it."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            response.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", None) or exc
+        print(f"warning: webhook {url} did not take the gate's message: {why}", file=sys.stderr)
+        return False
+    return True
