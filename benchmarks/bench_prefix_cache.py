@@ -16,13 +16,16 @@ the size of one prefix's KV cache.
     python benchmarks/bench_prefix_cache.py                # 8K-token block, 100 questions, CPU
     python benchmarks/bench_prefix_cache.py --prefix-tokens 16384 --device cuda
 
-`--needle` measures automatic prefix sharing instead: the README's quickstart needle run
-(toy-diff, depths 0, 0.25, 0.5, 0.75, 1) with and without the cache, printing the prompt
-tokens each prefilled (`HFModel.prefilled_tokens`), the drop, and whether the records are
-the same bytes. Each depth's prompt has its own haystack, so what they share is what
-comes before it: the instruction.
+`--needle` measures automatic prefix sharing instead, on the README's quickstart needle run
+(toy-diff, depths 0, 0.25, 0.5, 0.75, 1, 4 samples) by default: today's prompts (each depth its
+own haystack, so rows share only the instruction) with prefix sharing, then `-T
+shared_haystack=true` (one haystack per sample index at every length and depth) with and
+without it. It prints the prompt tokens each prefilled (`HFModel.prefilled_tokens`), the drop
+against today's run and against no sharing, each run's wall time, and whether the shared runs'
+records are the same bytes with and without sharing.
 
     python benchmarks/bench_prefix_cache.py --needle [--model toy-base] [--lengths 256,512,1024,2048]
+    python benchmarks/bench_prefix_cache.py --needle --lengths 4096 --depths 11
 """
 
 from __future__ import annotations
@@ -137,25 +140,35 @@ def mib(value: float) -> str:
     return f"{value / 2**20:.1f} MiB"
 
 
-def needle_prefill(model: str, lengths: str, device: str, batch_size: int) -> None:
-    """The quickstart's needle run twice, with and without prefix reuse: prefilled tokens and records."""
+def needle_prefill(model: str, lengths: str, depths: str, samples: int, device: str, batch_size: int) -> None:
+    """The needle run three times: today's haystacks with prefix sharing, shared haystacks with
+    and without it; prefilled tokens, wall times and records."""
     from evalsuite.backends import load_model
     from evalsuite.engine.runner import RunOptions, make_task, run_task
 
-    task = {"lengths": lengths, "depths": "0,0.25,0.5,0.75,1"}
-    counts, records = {}, {}
+    if depths.isdigit():  # a count: evenly spaced from 0 to 1
+        depths = ",".join(f"{k / (int(depths) - 1):g}" for k in range(int(depths)))
+    task = {"lengths": lengths, "depths": depths, "samples": str(samples)}
+    runs = {"today": (task, True), "shared": ({**task, "shared_haystack": "true"}, True),
+            "shared, no sharing": ({**task, "shared_haystack": "true"}, False)}
+    counts, seconds, records = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="bench-needle-") as tmp:
-        for cache in (True, False):
+        for name, (params, cache) in runs.items():
             adapter = load_model(model, {"prefix_cache": str(cache).lower()}, device=device, batch_size=batch_size)
-            options = RunOptions(out=Path(tmp) / str(cache), progress=False, chunk=batch_size)
-            run = run_task(make_task("needle", task), adapter, options)
-            counts[cache], records[cache] = adapter.prefilled_tokens, run.samples_path.read_bytes()
-    saved = counts[False] - counts[True]
-    print(f"needle {model}, lengths {lengths}, depths 0,0.25,0.5,0.75,1, batch size {batch_size}: "
-          f"{len(records[True].splitlines())} prompts")
-    print(f"prefilled tokens: {counts[False]} without prefix reuse, {counts[True]} with it: "
-          f"{saved} fewer ({100 * saved / counts[False]:.1f}%)")
-    print(f"records byte-identical: {records[True] == records[False]}")
+            options = RunOptions(out=Path(tmp) / name.replace(" ", "").replace(",", ""), progress=False,
+                                 chunk=batch_size)
+            start = time.perf_counter()
+            run = run_task(make_task("needle", params), adapter, options)
+            seconds[name] = time.perf_counter() - start
+            counts[name], records[name] = adapter.prefilled_tokens, run.samples_path.read_bytes()
+            print(f"{name:>18}: {counts[name]:8d} prefilled tokens, {seconds[name]:7.1f} s", flush=True)
+    print(f"needle {model}, lengths {lengths}, depths {depths}, {samples} samples, batch size {batch_size}: "
+          f"{len(records['today'].splitlines())} prompts")
+    for base in ("today", "shared, no sharing"):
+        print(f"shared haystacks against {base}: {100 * (1 - counts['shared'] / counts[base]):.1f}% fewer "
+              f"prefilled tokens, {seconds[base] / seconds['shared']:.2f}x faster")
+    print(f"shared haystacks' records byte-identical with and without sharing: "
+          f"{records['shared'] == records['shared, no sharing']}")
 
 
 def main() -> None:
@@ -164,10 +177,12 @@ def main() -> None:
         parser.add_argument("--needle", action="store_true")
         parser.add_argument("--model", default="toy-diff")
         parser.add_argument("--lengths", default="256,512,1024,2048")
+        parser.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="a list, or a count spaced from 0 to 1")
+        parser.add_argument("--samples", type=int, default=4)
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--batch-size", type=int, default=8)
         needle = parser.parse_args()
-        needle_prefill(needle.model, needle.lengths, needle.device, needle.batch_size)
+        needle_prefill(needle.model, needle.lengths, needle.depths, needle.samples, needle.device, needle.batch_size)
         return
     if sys.argv[1:2] == ["--child"]:
         Path(sys.argv[3]).write_text(json.dumps(run_path(json.loads(sys.argv[2]))))

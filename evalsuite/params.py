@@ -121,5 +121,9 @@ def build_params(cls: type, raw: Mapping[str, str], flag: str = "-T") -> Any:
 
 
 def to_jsonable(params: Any) -> dict[str, Any]:
-    """A task's parameters as plain JSON (tuples become lists)."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(params).items()}
+    """A task's parameters as plain JSON (tuples become lists). A parameter the task lists in
+    `quiet_defaults` (added after runs were recorded) is left out while at the value that keeps
+    those runs' samples, so they keep their identity and hash and pair with new runs."""
+    quiet = getattr(type(params), "quiet_defaults", {})
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(params).items()
+            if not (k in quiet and v == quiet[k])}

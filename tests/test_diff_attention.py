@@ -107,13 +107,50 @@ def test_one_attention_call_per_layer_on_the_cpu(delegate, per_layer):
         assert calls == [layer for layer in range(3) for _ in range(expected)], mode
 
 
-def test_sdpa_widens_query_and_key_on_a_cpu_only_and_fused_kernels_keep_two_calls():
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+def test_sdpa_widens_query_and_key_on_a_cpu_and_cuda_and_fused_kernels_keep_two_calls():
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
     assert diff_attention.pads_query("sdpa", cpu) and not diff_attention.scores_once("sdpa")
-    assert not diff_attention.pads_query("sdpa", cuda)  # two calls there: not measured on a GPU
+    assert diff_attention.pads_query("sdpa", cuda)
+    assert not diff_attention.pads_query("sdpa", mps)  # kernels not known there: two calls
     assert not diff_attention.pads_query("eager", cpu) and diff_attention.scores_once("eager")
     for fused in ("flash_attention_2", "flex_attention"):
-        assert not diff_attention.pads_query(fused, cpu) and not diff_attention.scores_once(fused)
+        for device in (cpu, cuda):
+            assert not diff_attention.pads_query(fused, device) and not diff_attention.scores_once(fused)
+
+
+def test_the_cuda_paths_arithmetic_through_the_math_kernel_equals_transformers():
+    """The CUDA path is the CPU one (query and key widened by zeros, one SDPA call); SDPA's math
+    kernel is the reference arithmetic every fused kernel approximates, on any device."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = random_diffllama("sdpa")
+    want = logits(model, "transformers")
+    with sdpa_kernel(SDPBackend.MATH):
+        got = logits(model, "one_pass")
+    assert_same_rows(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_one_pass_on_cuda_in_bf16_is_as_close_to_float32_as_transformers():
+    """On CUDA's fused kernels only (the math fallback is excluded, so a refused width fails):
+    the one pass is no further from float32 transformers than transformers' own bf16 logits."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = random_diffllama("sdpa").cuda()
+    ids, mask = (t.cuda() for t in inputs())
+
+    def run(mode: str, dtype: torch.dtype) -> torch.Tensor:
+        diff_attention.install(model.to(dtype), mode)
+        with torch.inference_mode(), sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            return model(input_ids=ids, attention_mask=mask).logits.float()
+
+    reference = run("transformers", torch.float32)
+    ours, theirs = run("one_pass", torch.bfloat16), run("transformers", torch.bfloat16)
+    rows = [(0, slice(None)), (1, slice(7, None))]  # past the padding
+    ours_error = max((ours[r, c] - reference[r, c]).abs().max().item() for r, c in rows)
+    theirs_error = max((theirs[r, c] - reference[r, c]).abs().max().item() for r, c in rows)
+    assert ours_error <= 2 * theirs_error + 1e-2, (ours_error, theirs_error)
 
 
 def test_the_hf_backend_installs_it_and_the_option_turns_it_off(tiny_models):

@@ -22,11 +22,12 @@ from typing import Any, Protocol
 
 import torch
 
+from evalsuite import compat
 from evalsuite.types import GenerationRequest
 
 from .oom import BatchLimits
 from .prefix_cache import Prefix
-from .prefix_share import SharePlan, Start
+from .prefix_share import SharePlan, Start, split_by_own
 
 
 class Steps(Protocol):
@@ -65,24 +66,24 @@ class Running:
     def keep(self, which: list[int]) -> None:
         """Only the rows at `which`; then drop the leading columns that no row attends to."""
         index = torch.tensor(which, dtype=torch.long, device=self.mask.device)
-        for layer in self.cache.layers:
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
+        compat.set_cache_tensors(self.cache, [(k[index], v[index]) for k, v in compat.cache_tensors(self.cache)])
         self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]
         self.rows = [self.rows[i] for i in which]
         self.indices = [self.indices[i] for i in which]
         used = self.mask.any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
         if first:
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+            compat.set_cache_tensors(self.cache, [(k[:, :, first:], v[:, :, first:])
+                                                  for k, v in compat.cache_tensors(self.cache)])
             self.mask = self.mask[:, first:]
 
     def join(self, other: Running) -> None:
         """`other`'s rows stacked under these, both padded on the left to the wider."""
         width = max(self.mask.shape[1], other.mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([_left(mine.keys, width), _left(theirs.keys, width)])
-            mine.values = torch.cat([_left(mine.values, width), _left(theirs.values, width)])
+        pairs = zip(compat.cache_tensors(self.cache), compat.cache_tensors(other.cache))
+        compat.set_cache_tensors(self.cache, [(torch.cat([_left(k, width), _left(k2, width)]),
+                                               torch.cat([_left(v, width), _left(v2, width)]))
+                                              for (k, v), (k2, v2) in pairs])
         self.mask = torch.cat([_left(self.mask, width), _left(other.mask, width)])
         self.positions = torch.cat([self.positions, other.positions])
         self.logits = torch.cat([self.logits, other.logits])
@@ -160,17 +161,31 @@ class ContinuousGenerator:
             pending.popleft()
         return running
 
-    @torch.inference_mode()
     def _prefill(self, batch: list[int]) -> Running:
+        """The batch prefilled in runs of rows whose own parts (past their shared beginnings) are
+        alike, then joined: one pass would run every row as wide as the widest own part, so
+        sharing would save no compute on rows whose needle sits deep (split_by_own)."""
+        own = [self.lengths[i] - (self.plan.shared[i] if self.plan is not None else 0) for i in range(len(self.lengths))]
+        running: Running | None = None
+        for run in split_by_own(batch, own) if self.plan is not None else [batch]:
+            joining = self._prefill_run(run)
+            if running is None:
+                running = joining
+            else:
+                self.attempt = (len(running.rows) + len(run), max(running.mask.shape[1], joining.mask.shape[1]))
+                running.join(joining)
+        assert running is not None
+        return running
+
+    @torch.inference_mode()
+    def _prefill_run(self, batch: list[int]) -> Running:
         decoder = self.decoder
         self.attempt = (len(batch), max(self.lengths[i] for i in batch))
         try:
             start = decoder.start_for(batch, self.lengths, self.state, self.plan)
             out, mask, positions = decoder.forward([self.rows[i] for i in batch], start, keep=1, use_cache=True)
             # a cache of our own: a single row after an explicit prefix was written into the shared one
-            from transformers import DynamicCache
-
-            cache = DynamicCache(ddp_cache_data=[(k, v) for k, v, *_ in out.past_key_values])
+            cache = compat.new_cache(compat.cache_tensors(compat.returned_cache(out)))
         finally:
             if self.state is not None:
                 self.state.restore()
@@ -197,7 +212,7 @@ class ContinuousGenerator:
         token_ids = torch.tensor(feed, dtype=torch.long, device=decoder.device)[:, None]
         self.attempt = tuple(running.mask.shape)  # type: ignore[assignment]
         out = decoder.decode_step(token_ids, running.mask, running.positions, running.cache)
-        running.cache = out.past_key_values
+        running.cache = compat.returned_cache(out)
         running.logits = out.logits[:, -1]
         return running
 

@@ -9,31 +9,34 @@ output twice as wide, 1.5x a Llama layer's attention work instead of 2x.
 
 `OnePassDiffLlamaAttention` does that: the projections, rotary embedding, cache and the DIFF
 combination are transformers' own lines, and the attention runs once, through the model's
-attention function (`config._attn_implementation`), with the value of width 2d. It is what the
+attention function (the config's attention implementation), with the value of width 2d. It is what the
 hf backend runs for DiffLlama checkpoints (`-M diff_attention=one_pass`, the default;
 `-M diff_attention=transformers` keeps transformers' module). The attention functions that compute
 the logits themselves take a wider value as it is and so see one call per layer: transformers'
 eager attention, evalsuite's logit quantizer (`quant.py`, which the outliers observer rides), and
-the row reader of `attention_share.py` over eager. SDPA on a CPU gets one call too, with the query
-and key widened by zeros to 2d: torch's CPU flash kernel refuses a value wider than the query
-(SDPA would fall back to its math kernel, an n x n map per head), and zeros change no score.
-Fused kernels elsewhere keep transformers' two calls (FlashAttention needs equal widths; CUDA's
-SDPA has not been measured here); docs/attention.md has what was measured.
+the row reader of `attention_share.py` over eager. SDPA on a CPU or a CUDA device gets one call
+too, with the query and key widened by zeros to 2d: torch's flash kernels (CPU and CUDA) refuse a
+value wider than the query (SDPA would fall back to its math kernel, an n x n map per head), and
+zeros change no score, so the widened call runs on the flash or memory-efficient kernel. Other
+fused kernels keep transformers' two calls (FlashAttention needs equal widths; flex attention is
+not wired); docs/attention.md has what was measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from evalsuite import compat
 from evalsuite.errors import UserError
 
 MODES = ("one_pass", "transformers")
 # attention implementations whose kernels need the value as wide as the query (or run a wider
 # one on an n x n fallback): DiffLlama keeps transformers' two calls under them
 EQUAL_WIDTH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention")
+# devices whose SDPA runs the zero-widened query and key on a fused kernel
+PADDED_DEVICES = ("cpu", "cuda")
 _V1_LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init")
 _wrappers: dict[str, str] = {}  # an evalsuite wrapper's implementation name -> the one it delegates to
 
@@ -105,30 +108,27 @@ def scores_once(implementation: str) -> bool:
 
 def pads_query(implementation: str, device: torch.device) -> bool:
     """Whether a DiffLlama layer attends once by widening query and key with zeros to the value's
-    width: SDPA on a CPU, whose flash kernel needs equal widths. The zeros add nothing to any
-    score, so each map's scores are transformers' own; the multiply-adds are those of the two
-    calls, but every score is exponentiated once, not twice (the kernel 0.93x the two calls' time
-    at 8K tokens; docs/attention.md)."""
-    return delegate_of(implementation) == "sdpa" and device.type == "cpu"
+    width: SDPA on a CPU or a CUDA device, whose flash kernels need equal widths. The zeros add
+    nothing to any score, so each map's scores are transformers' own; the multiply-adds of the
+    scores are those of the two calls, but every score is exponentiated once, not twice, and the
+    kernel is launched once (on a CPU 0.93x the two calls' time at 8K tokens; docs/attention.md).
+    Other devices keep the two calls: their SDPA kernels are not known here."""
+    return delegate_of(implementation) == "sdpa" and device.type in PADDED_DEVICES
 
 
-def _transformers_diffllama() -> Any:
-    from transformers.models.diffllama import modeling_diffllama
-
-    return modeling_diffllama
-
-
-class OnePassDiffLlamaAttention(_transformers_diffllama().DiffLlamaAttention):  # type: ignore[misc]
+class OnePassDiffLlamaAttention(compat.diffllama_modeling().DiffLlamaAttention):  # type: ignore[misc]
     """DiffLlamaAttention whose two maps each attend once, to the value of width 2d."""
 
     def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                attention_mask: torch.Tensor | None = None, past_key_values: Any = None,
+                attention_mask: torch.Tensor | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        implementation = self.config._attn_implementation
+        kv_cache = compat.passed_cache(kwargs)
+        implementation = compat.attention_implementation(self.config)
         padded = pads_query(implementation, hidden_states.device)
         if not (padded or scores_once(implementation)):
-            return super().forward(hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs)
-        diffllama = _transformers_diffllama()
+            return super().forward(hidden_states, position_embeddings, attention_mask,
+                                   **compat.cache_argument(kv_cache), **kwargs)
+        diffllama = compat.diffllama_modeling()
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
@@ -136,12 +136,9 @@ class OnePassDiffLlamaAttention(_transformers_diffllama().DiffLlamaAttention):  
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query, key = diffllama.apply_rotary_pos_emb(query, key, cos, sin)
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-        attend: Callable[..., Any] = ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, diffllama.eager_attention_forward)
+        if kv_cache is not None:
+            key, value = compat.update_cache(kv_cache, key, value, self.layer_idx, kwargs)
+        attend = compat.attention_function(implementation, diffllama.eager_attention_forward)
         if padded:  # the scale stays 1/sqrt(d): it is passed, not read from the padded width
             query, key = (torch.nn.functional.pad(t, (0, self.head_dim)) for t in (query, key))
         output, weights = attend(self, query, key, wide_value(value), attention_mask, dropout=0.0,
@@ -159,7 +156,7 @@ def install(model: Any, mode: str) -> int:
     """Run the model's DiffLlama layers as `mode` says; the number of layers changed."""
     if mode not in MODES:
         raise UserError(f"-M diff_attention must be one of {', '.join(MODES)}, got {mode!r}")
-    original = _transformers_diffllama().DiffLlamaAttention
+    original = compat.diffllama_modeling().DiffLlamaAttention
     changed = 0
     for module in model.modules():
         if mode == "one_pass" and type(module) is original:
@@ -176,6 +173,6 @@ def mode_of(model: Any) -> str | None:
     for module in model.modules():
         if isinstance(module, OnePassDiffLlamaAttention):
             return "one_pass"
-        if isinstance(module, _transformers_diffllama().DiffLlamaAttention):
+        if isinstance(module, compat.diffllama_modeling().DiffLlamaAttention):
             return "transformers"
     return None

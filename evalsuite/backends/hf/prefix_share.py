@@ -24,10 +24,14 @@ from typing import Any
 
 import torch
 
+from evalsuite import compat
+
 # a shared beginning shorter than this is not worth a pass of its own (vLLM caches 16-token blocks)
 MIN_SHARED_TOKENS = 16
 # columns of padding a batch may gain between rows' cached and own parts (see batch_start)
 GAP_SLACK = 64
+# a row whose own part is under this share of its prefill pass's widest gets a pass of its own
+OWN_SPLIT = 0.75
 
 
 @dataclass
@@ -117,8 +121,6 @@ def prefill_anchors(model: Any, plan: SharePlan, device: torch.device, step: int
     """Each anchor's KV cache, batch 1, computed after the part it shares with the anchor
     before it (a view of that one's cache: the model's first update copies it). Returns the
     tokens run through the model."""
-    from transformers import DynamicCache
-
     prefilled = 0
     previous: list[int] = []
     for anchor in plan.anchors:
@@ -126,24 +128,38 @@ def prefill_anchors(model: Any, plan: SharePlan, device: torch.device, step: int
         cache = None
         if reuse and plan.caches:
             last = plan.caches[-1]
-            cache = DynamicCache(ddp_cache_data=[(k[:, :, :reuse], v[:, :, :reuse]) for k, v, *_ in last])
+            cache = compat.new_cache((k[:, :, :reuse], v[:, :, :reuse]) for k, v in compat.cache_tensors(last))
         for start in range(reuse, len(anchor), step):
             piece = torch.tensor([anchor[start : start + step]], dtype=torch.long, device=device)
             positions = torch.arange(start, start + piece.shape[1], device=device)[None]
-            cache = model(input_ids=piece, position_ids=positions, past_key_values=cache, use_cache=True,
-                          logits_to_keep=1).past_key_values
+            cache = compat.returned_cache(model(input_ids=piece, position_ids=positions, use_cache=True,
+                                                logits_to_keep=1, **compat.cache_argument(cache)))
             prefilled += piece.shape[1]
         plan.caches.append(cache)
         previous = anchor
     return prefilled
 
 
+def split_by_own(batch: Sequence[int], own: Sequence[int]) -> list[list[int]]:
+    """`batch` (rows widest own part first) in runs to prefill one pass each: a row whose own
+    part is under OWN_SPLIT of its run's widest, and GAP_SLACK tokens or more shorter, starts
+    a new run. One pass runs every row as wide as its widest own part (padding, or shared
+    tokens run again), so rows that share a long beginning and rows that share little would
+    save nothing in one pass; an extra pass costs little beside the columns it spares."""
+    runs: list[list[int]] = []
+    for i in sorted(batch, key=lambda i: -own[i]):
+        widest = own[runs[-1][0]] if runs else 0
+        if runs and not (own[i] < OWN_SPLIT * widest and widest - own[i] >= GAP_SLACK):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
 def caches_are_plain(plan: SharePlan) -> bool:
     """Whether every anchor's cache is made of plain growing layers, which can be sliced and
     laid side by side (sliding-window or recurrent layers cannot)."""
-    from transformers.cache_utils import DynamicLayer
-
-    return all(type(layer) is DynamicLayer for cache in plan.caches for layer in cache.layers)
+    return all(compat.is_plain_cache(cache) for cache in plan.caches)
 
 
 @dataclass
@@ -165,8 +181,6 @@ def batch_start(plan: SharePlan, batch: Sequence[int], lengths: Sequence[int]) -
     left-padded after it, unless that widens the batch by more than an eighth (or GAP_SLACK
     tokens): then every row keeps the batch's longest own part to run, some of its shared
     tokens with it, and the batch is no wider than its longest row."""
-    from transformers import DynamicCache
-
     cached = [plan.shared[i] for i in batch]
     run = max(lengths[i] - c for i, c in zip(batch, cached))
     longest = max(lengths[i] for i in batch)
@@ -175,17 +189,17 @@ def batch_start(plan: SharePlan, batch: Sequence[int], lengths: Sequence[int]) -
     width = max(cached)
     if width == 0:
         return None
-    source = next(plan.caches[plan.anchor_of[i]] for i, c in zip(batch, cached) if c)
+    source = compat.cache_tensors(next(plan.caches[plan.anchor_of[i]] for i, c in zip(batch, cached) if c))
     layers = []
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for keys, values, *_ in source:
+    for keys, values in source:
         shape = (len(batch), keys.shape[1], width, keys.shape[3])
         layers.append((keys.new_zeros(shape), values.new_zeros(shape)))
     for b, (i, c) in enumerate(zip(batch, cached)):
         if not c:
             continue
         mask[b, width - c :] = 1
-        for (keys, values), (anchor_keys, anchor_values, *_) in zip(layers, plan.caches[plan.anchor_of[i]]):
+        for (keys, values), (anchor_keys, anchor_values) in zip(layers, compat.cache_tensors(plan.caches[plan.anchor_of[i]])):
             keys[b, :, width - c :] = anchor_keys[0, :, :c]
             values[b, :, width - c :] = anchor_values[0, :, :c]
-    return Start(DynamicCache(ddp_cache_data=layers), mask.to(source.layers[0].keys.device), cached)
+    return Start(compat.new_cache(layers), mask.to(source[0][0].device), cached)

@@ -90,8 +90,9 @@ def token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tupl
 
 
 def needle_of(task: Attention) -> Needle:
-    """The needle task of the same parameters, which plans this task's samples and builds its prompts."""
-    return Needle(**{f.name: getattr(task, f.name) for f in fields(Needle)})
+    """The needle task of the same parameters, which plans this task's samples and builds its prompts
+    (needle parameters this task does not have keep their defaults)."""
+    return Needle(**{f.name: getattr(task, f.name) for f in fields(Needle) if hasattr(task, f.name)})
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class Attention(TaskBase):
     """Attention allocation: share of attention on the answer needle vs the noise, by depth (paper Table 3)."""
 
     name: ClassVar[str] = "attention"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     group_by: ClassVar[tuple[str, ...]] = Needle.group_by
     metrics: ClassVar[tuple[str, ...]] = ("answer_share", "noise_share")

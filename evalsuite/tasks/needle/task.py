@@ -26,7 +26,14 @@ Choices the paper leaves open, made here and exposed as parameters:
 - greedy decoding of the answer budget, stopping at a newline for R = 1 and at
   a blank line for R > 1 (so an answer per line is read);
 - a length the model cannot hold (length > max context) is an error before
-  anything runs, not a silently skipped cell.
+  anything runs, not a silently skipped cell;
+- each sample draws its own haystack and needles by default. `shared_haystack=true`
+  follows the usual needle-in-a-haystack protocol instead: sample i of a setting
+  has the same haystack, cities and numbers at every length and depth (the
+  haystack cut to each length), so depths are paired on identical context and
+  prompts of one haystack begin alike up to the shallower needle, which the hf
+  backend's automatic prefix sharing prefills once. The plan then runs sample by
+  sample (lengths, then depths, inside), so prompts of one haystack share a call.
 """
 
 from __future__ import annotations
@@ -100,6 +107,8 @@ class Needle(TaskBase):
     """Multi-needle retrieval: recall magic numbers hidden at a depth in a long haystack (paper §3.4)."""
 
     name: ClassVar[str] = "needle"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     view: ClassVar[type[NeedleView]] = NeedleView
     group_by: ClassVar[tuple[str, ...]] = ("n_needles", "n_queries", "context_length", "depth")
@@ -118,6 +127,9 @@ class Needle(TaskBase):
     tokens_per_query: int = 20
     seed: int = 0
     preset: str = ""
+    shared_haystack: bool = False  # one haystack per sample index across lengths and depths
+    # added after runs were recorded: left out of a run's params at False, which keeps their samples
+    quiet_defaults: ClassVar[dict[str, Any]] = {"shared_haystack": False}
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 16:
@@ -140,14 +152,19 @@ class Needle(TaskBase):
     def plan(self, state: NeedleState | None) -> Iterator[Sample]:
         """The samples depend on the parameters alone (`state`, the haystack, is for `requests`)."""
         for n, r in zip(self.needles, self.queries):
-            for length in self.lengths:
-                for depth in self.depths:
-                    for index in range(self.samples):
-                        yield self._sample(n, r, length, depth, index)
+            if self.shared_haystack:  # one haystack's prompts side by side: they share a model call
+                cells = ((length, depth, index) for index in range(self.samples)
+                         for length in self.lengths for depth in self.depths)
+            else:
+                cells = ((length, depth, index) for length in self.lengths
+                         for depth in self.depths for index in range(self.samples))
+            for length, depth, index in cells:
+                yield self._sample(n, r, length, depth, index)
 
     def _sample(self, n: int, r: int, length: int, depth: float, index: int) -> Sample:
         sample_id = f"needle-N{n}-R{r}-L{length}-d{depth:g}-s{self.seed}-{index:03d}"
-        rng = random.Random(sample_id)
+        # shared: the draws of sample `index` of the setting, whatever its length and depth
+        rng = random.Random(f"needle-N{n}-R{r}-s{self.seed}-{index:03d}" if self.shared_haystack else sample_id)
         cities = rng.sample(CITIES, n)
         numbers = [str(rng.randrange(1_000_000, 10_000_000)) for _ in cities]
         while len(set(numbers)) < n:  # distinct numbers, so a right answer cannot be a lucky copy
