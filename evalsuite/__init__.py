@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalsuite.engine.records import Record
 
+from .auto_classes import install as _install_auto_classes
 from .contracts import (
     CAPABILITIES,
     ContractError,
@@ -26,6 +27,10 @@ from .errors import UserError
 from .registry import register_backend, register_model, register_task
 from .types import GenerationRequest, Loglikelihood, LoglikelihoodRequest, Sample
 from .version import __version__
+
+# DIFF V2 folders load through transformers' Auto classes after `import evalsuite`; the
+# registration waits for transformers' Auto model module (auto_classes.py), so this stays light
+_install_auto_classes()
 
 if TYPE_CHECKING:
     from .api import Results, check, compare, load, report, run, run_suite, score

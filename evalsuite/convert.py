@@ -14,11 +14,13 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .convert_archscale import KEY_MAP as ARCHSCALE_KEY_MAP
+from .convert_archscale import TRANSFORMS
 from .errors import UserError, did_you_mean, first_line, unknown
 
 if sys.version_info >= (3, 11):
@@ -28,10 +30,14 @@ else:  # pragma: no cover - Python 3.10
 
 ARCHITECTURES = ("diffllama_v2", "diffllama", "llama")
 
-# A standalone DIFF V2 model named as the public module names its parameters (docs/diff-v2.md lists
-# the layout; another layout gives its own TOML map). Rules are tried in order; the first whose
-# pattern matches a whole name renames it; "" drops the tensor.
+# `diff-v2`: a standalone DIFF V2 model. Only the attention's names (q_proj, k_proj, v_proj, o_proj,
+# lambda_proj) are the public DIFF V2 module's, which is attention only; the names beyond it
+# (embeddings, norms, MLP, output, rotary) are evalsuite's choice (docs/diff-v2.md lists the layout;
+# another layout gives its own TOML map). `archscale-diff`: DIFF V1 from lit-gpt/ArchScale state
+# dicts, renamed here and then reshaped by its transform (convert_archscale.py). Rules are tried in
+# order; the first whose pattern matches a whole name renames it; "" drops the tensor.
 BUILTIN_KEY_MAPS = {
+    "archscale-diff": ARCHSCALE_KEY_MAP,
     "diff-v2": r"""
 [rename]
 'tok_embeddings\.weight' = 'model.embed_tokens.weight'
@@ -56,6 +62,7 @@ class KeyMap:
     rules: tuple[tuple[re.Pattern[str], str], ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     name: str = "no key map"
+    transform: Callable[..., tuple[dict[str, Any], dict[str, str]]] | None = None  # reshapes after renaming
 
     def target(self, key: str) -> str:
         """The transformers name of source tensor `key` ("" when a rule drops it); a name no
@@ -78,7 +85,7 @@ def load_key_map(spec: str | None) -> KeyMap:
         name = spec.removeprefix("builtin:")
         if name not in BUILTIN_KEY_MAPS:
             raise unknown("built-in key map", name, BUILTIN_KEY_MAPS)
-        return parse_key_map(BUILTIN_KEY_MAPS[name], spec)
+        return replace(parse_key_map(BUILTIN_KEY_MAPS[name], spec), transform=TRANSFORMS.get(name))
     path = Path(spec)
     if not path.is_file():
         raise UserError(f"--key-map {spec}: no such file (or give builtin:{', builtin:'.join(BUILTIN_KEY_MAPS)})")
@@ -257,6 +264,17 @@ def blueprint(config: Any) -> Blueprint:
     return Blueprint(shapes, dict(tied), type(model).__name__)
 
 
+def check_layer_count(config: Any, tensors: Mapping[str, Any]) -> None:
+    """The config's num_hidden_layers against the layers the (renamed) state dict holds: a declared
+    size that the weights cannot fill is refused at once, not after building it layer by layer."""
+    found = {int(m.group(1)) for name in tensors if (m := re.match(r"model\.layers\.(\d+)\.", name))}
+    declared = config.num_hidden_layers
+    if declared != len(found):
+        held = f"{len(found)} (model.layers.0 to {max(found)})" if found else "none (no model.layers.N tensor)"
+        raise UserError(f"the config gives num_hidden_layers={declared}, but the state dict's layers are {held}; "
+                        "fix --config or -C num_hidden_layers, or the key map")
+
+
 def check_tensors(tensors: dict[str, Any], source_of: Mapping[str, str], model: Blueprint, arch: str) -> dict[str, Any]:
     """The tensors to write, each with the shape the config gives it: one line for the first
     missing, unexpected or misshapen tensor. A tied tensor (the output embedding of a model with
@@ -312,6 +330,9 @@ def convert(state_dict: Path, out: Path, *, key_map: str | None = None, config_f
     from_cli = {key: parse_config_value(value) for key, value in (fields or {}).items()}
     config = build_config(architecture(arch, {**from_file, **from_cli}), from_file, from_cli, mapping)
     tensors, source_of = rename(read_state_dict(state_dict, allow_pickle), mapping)
+    if mapping.transform is not None:  # a layout that renaming alone cannot express (convert_archscale.py)
+        tensors, source_of = mapping.transform(tensors, source_of, config)
+    check_layer_count(config, tensors)  # before the blueprint, which builds every layer the config declares
     model = blueprint(config)
     tensors = check_tensors(tensors, source_of, model, config.model_type)
     config.architectures = [model.architecture]

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from evalsuite.engine.records import declare_fields
+
 from .contracts import ContractError, validate_task
 from .errors import UserError, unknown
 
@@ -206,3 +208,13 @@ def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
     axes = sorted({k for r in records for k in r.axes})
     metrics = sorted({k for r in records for k, v in r.scores.items() if isinstance(v, (bool, int, float))})
     return TaskSpec(tuple(axes), tuple(metrics))
+
+
+def _declared_fields(task: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """An installed task's axes and metrics, which its records must fit (None: not installed here)."""
+    load_all()
+    cls = TASKS.get(task)
+    return None if cls is None else (tuple(cls.group_by), tuple(cls.metrics))
+
+
+declare_fields(_declared_fields)  # every reader of records, resume included, checks them against their task

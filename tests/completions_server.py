@@ -10,7 +10,7 @@ It serves an evalsuite hf model (toy-base in the tests) the way vLLM serves one:
 
 Modes make it a lesser server: `echo=False` ignores echo and sends no logprobs (llama.cpp-like),
 `echo_status=400` refuses echo requests, `tokenize=False` has no /tokenize, `models=False` no
-/v1/models. It records every request's body and headers.
+/v1/models, `fixed_count` and `count_times` make /tokenize count nonsense. It records every request's body and headers.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class Modes:
     tokenize: bool = True
     models: bool = True
     error_status: int = 0  # answer every completion with this status, echoing the Authorization header
+    fixed_count: int | None = None  # /tokenize answers this count whatever the text (a broken server)
+    count_times: int = 1  # /tokenize multiplies its counts by this (a server that counts far too many)
 
 
 class CompletionsServer(LoopbackServer):
@@ -56,7 +58,8 @@ class CompletionsServer(LoopbackServer):
         if not self.modes.tokenize:
             return 404, {"error": "not found"}
         ids = self.model.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
-        return 200, {"count": len(ids), "tokens": ids, "max_model_len": self.model.max_context}
+        count = len(ids) * self.modes.count_times if self.modes.fixed_count is None else self.modes.fixed_count
+        return 200, {"count": count, "tokens": ids, "max_model_len": self.model.max_context}
 
     def completions(self, body: dict, headers: dict) -> tuple[int, dict]:
         if self.modes.error_status:

@@ -238,3 +238,46 @@ def test_fewer_than_two_paired_samples_are_shown_as_not_testable(a, b, clusters,
     header, body = display_rows([row], [], ("A", "B"))
     cells = dict(zip(header, body[0]))
     assert cells["test"] == label and cells["p"] == "n/a" and cells["significant"] == "n/a"
+
+
+def test_an_untestable_row_is_written_with_an_empty_significant_cell():
+    """One paired sample in a cell: no test, so `significant` is neither True nor False (empty in the CSV)."""
+    from evalsuite.analysis.compare import compare_frames
+    from evalsuite.analysis.tables import csv_frame
+
+    ids = [f"s{i}" for i in range(5)]
+    cells = ["a", "b", "b", "b", "b"]
+    frame_a = pd.DataFrame({"id": ids, "cell": cells, "ok": [1.0, 1.0, 1.0, 1.0, 1.0]})
+    frame_b = pd.DataFrame({"id": ids, "cell": cells, "ok": [0.0, 0.0, 0.0, 0.0, 0.0]})
+    rows = compare_frames(frame_a, frame_b, ["cell"], ["ok"])
+    assert [row["significant"] for row in rows] == [None, False]  # n = 1 untestable; n = 4: p = 0.125
+    written = pd.read_csv(__import__("io").StringIO(csv_frame(rows, ["cell"]).to_csv(index=False)),
+                          keep_default_na=False)
+    assert written["significant"].tolist() == ["", "False"]
+
+
+def test_an_errored_sample_counts_as_a_fail_in_report_and_compare_alike(tmp_path, capsys):
+    """One rule everywhere: one pass and one errored sample is 0.500 in the report's summary, compare
+    and the paper report (the report showed 1.000 with n = 2 before), and the report's table says so."""
+    from evalsuite.analysis.frame import run_frame, summarize
+    from evalsuite.analysis.paper.measures import estimates
+    from evalsuite.analysis.report import report_runs
+
+    errored = synthetic_run(tmp_path / "a", "A", {"ok": [True, None]}, errors={1: "RuntimeError: boom"})
+    fine = synthetic_run(tmp_path / "b", "B", {"ok": [True, True]})
+    (row,) = summarize(run_frame(RunFolder(errored)), (), ["ok"])
+    assert (row["ok"], row["n"], row["errors"]) == (0.5, 2, 1)
+    (overall,) = [r for r in compare(errored, fine).overall if r["metric"] == "ok"]
+    assert (overall["mean_a"], overall["n"]) == (0.5, 2)
+    ((_, estimate),) = estimates(RunFolder(errored), (), "ok").items()
+    assert (estimate.mean, estimate.n) == (0.5, 2)
+
+    ran = invoke(capsys, "run", "--model", "fake", "--task", "needle", "-T", "lengths=1024", "-T", "depths=0",
+                 "-T", "samples=2", "--no-progress", "--out", str(tmp_path / "runs"))
+    assert ran.code == 0, ran.err
+    (records,) = (tmp_path / "runs").glob("needle-*/samples.jsonl")
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    rows[0].update(error="RuntimeError: boom", scores={})
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = report_runs([records.parent], plots=False)
+    assert "| 0.500 [" in text and "(1 errored); a sample that failed with an error counts as a fail" in text

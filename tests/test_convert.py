@@ -1,5 +1,7 @@
-"""`evalsuite convert`: a standalone DIFF V2 module (written here in plain torch with the public
-module's names and interleaved rotary) converted by the built-in key map loads through
+"""`evalsuite convert`: a standalone DIFF V2 model (written here in plain torch: its attention with
+the public module's names, q_proj, k_proj, v_proj, o_proj and lambda_proj, and interleaved
+rotary; the names beyond the attention, embeddings, norms, MLP, output and rotary, are
+evalsuite's choice, as `builtin:diff-v2` names them) converted by the built-in key map loads through
 AutoModelForCausalLM with the same logits; HF-named Llama and DiffLlama state dicts convert by
 their config; every bad input is one line, exit 2, and nothing written."""
 
@@ -21,7 +23,7 @@ FIELDS = [f"hidden_size={HIDDEN}", f"intermediate_size={FFN}", f"num_hidden_laye
           f"vocab_size={VOCAB}", f"rope_theta={THETA}", f"rms_norm_eps={EPS}", "tie_word_embeddings=false"]
 
 
-# ---- a standalone DIFF V2 model, laid out as the public module is ---------------------------------
+# ---- a standalone DIFF V2 model: the public attention module's names, evalsuite's around it -------
 
 class RMSNorm(nn.Module):
     def __init__(self, width: int):
@@ -269,6 +271,17 @@ def test_a_config_that_disagrees_with_the_weights_names_the_tensor(capsys, tmp_p
     ran = invoke(capsys, "convert", str(source), "--out", str(tmp_path / "o"), "--key-map", "builtin:diff-v2",
                  "--arch", "diffllama_v2", *[a for f in fields for a in ("-C", f)])
     assert ran.code == 2 and "layers.0.attn.k_proj.weight" in ran.err and "[32, 32]" in ran.err, ran.err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("layers", ["100000000", "3"])
+def test_a_declared_layer_count_the_weights_cannot_fill_is_refused_at_once(capsys, tmp_path, layers):
+    source = save_safetensors(standalone().state_dict(), tmp_path / "w.safetensors")
+    fields = [f for f in FIELDS if not f.startswith("num_hidden_layers")] + [f"num_hidden_layers={layers}"]
+    ran = invoke(capsys, "convert", str(source), "--out", str(tmp_path / "o"), "--key-map", "builtin:diff-v2",
+                 "--arch", "diffllama_v2", *[a for f in fields for a in ("-C", f)])
+    assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1, ran.err
+    assert f"num_hidden_layers={layers}, but the state dict's layers are {LAYERS} (model.layers.0 to 1)" in ran.err
     assert not (tmp_path / "o").exists()
 
 

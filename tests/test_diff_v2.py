@@ -243,6 +243,28 @@ def test_a_fresh_process_exports_the_classes_lazily_and_loads_a_folder(v2_folder
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
+AUTO_CLASSES = """
+import sys
+import evalsuite
+assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'import evalsuite loaded them'
+import transformers
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+print(type(model).__name__, type(config).__name__)
+"""
+
+
+@pytest.mark.parametrize("transformers_first", [False, True])
+def test_auto_classes_load_a_v2_folder_after_a_plain_import_evalsuite(v2_folder, transformers_first):
+    """Registration waits for transformers' Auto model module, or happens at import when it is loaded."""
+    code = ("import transformers.models.auto.modeling_auto\n" if transformers_first else "") + AUTO_CLASSES
+    if transformers_first:
+        code = code.replace("assert 'torch'", "assert True or 'torch'")
+    done = subprocess.run([sys.executable, "-c", code, str(v2_folder)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["DiffLlamaV2ForCausalLM", "DiffLlamaV2Config"]
+
+
 def test_model_folder_runs_the_needle_task(capsys, tmp_path, v2_folder):
     from conftest import invoke
 

@@ -105,6 +105,17 @@ VERDICT_CASES = [  # (judge response, what a careful reader takes as its verdict
     ("Conclusion: False\nNote: my conclusion would be true if the date were right.", None),
     ("Conclusion: False\n(The conclusion that the summary is true would need the date.)", None),
     ("Conclusion: True\nConclusions drawn above are tentative.", None),
+    # a verdict taken back or contradicted after the conclusion: no verdict, never the first one
+    ("Conclusion: True\nActually no. False.", None),
+    ("Conclusion: True ... Actually no. False.", None),
+    ("Conclusion: False\nWait, the date is in the document after all.", None),
+    ("Conclusion: True\n\nOn second thought, the summary invents a name.", None),
+    ("Conclusion: True\nCorrection: the figure is wrong.", None),
+    ("Conclusion: False\nNo, I misread it; it is supported.", None),
+    ("Conclusion: True\nI was wrong about the date, though.", None),
+    ("**Conclusion:** True\n\n(Revised: False)", None),
+    ("Conclusion: True\nThe summary is fine.", True),  # a closing line that takes nothing back
+    ("Conclusion: False\nThe date it gives appears nowhere in the document.", False),
     # no label at all, or only prose about a conclusion
     ("The output is supported by the document. True.", None),
     ("True", None),

@@ -90,6 +90,54 @@ def test_further_shapes(case, output, hits):
     assert Needle().score(case, [output])["hits"] == hits
 
 
+# cities written with accents by a model; the needles name them without
+Z1 = sample(["Zurich", "Bogota", "Montreal"], ["4831902", "7209415", "5550123"], 1)
+Z2 = sample(["Zurich", "Bogota", "Montreal"], ["4831902", "7209415", "5550123"], 2)
+
+# answers a careful grader credits: other digit systems and groupings, accented city names,
+# a candidate rejected after it is written, arrows, ordinal labels, digits one by one
+CREDITED = [
+    (Z1, " \u0664\u0668\u0663\u0661\u0669\u0660\u0662.", [T]),  # Arabic-Indic digits
+    (Z1, " \u096a\u096e\u0969\u0967\u096f\u0966\u0968.", [T]),  # Devanagari digits
+    (Z1, " 48,31,902.", [T]),  # Indian grouping
+    (Z1, " 4\u2019831\u2019902.", [T]),  # Swiss grouping with the typographic apostrophe
+    (Z1, " \u0664\u066c\u0668\u0663\u0661\u066c\u0669\u0660\u0662.", [T]),  # the Arabic thousands sign
+    (Z1, " 4831902, and Bogot\u00e1's is 7209415.", [T]),
+    (Z2, " 4831902. Bogot\u00e1: 7209415.", [T, T]),
+    (Z2, " 4831902 (Z\u00fcrich) and 7209415 (Bogot\u00e1)", [T, T]),
+    (Z1, " 7209415 is not it; the answer is 4831902.", [T]),
+    (Z1, " 7209415 is wrong, it is 4831902.", [T]),
+    (Z2, " 4831902 \u2192 Zurich, 7209415 \u2192 Bogota", [T, T]),
+    (Z2, " 4831902\nBogot\u00e1 \u2192 7209415", [T, T]),
+    (Z2, " 1st: 4831902, 2nd: 7209415", [T, T]),
+    (Z2, " second: 7209415, first: 4831902", [T, T]),
+    (Z1, " 4 8 3 1 9 0 2.", [T]),
+    (Z1, " four eight three one nine zero two.", [T]),
+    (Z2, " 4-8-3-1-9-0-2. Montr\u00e9al? No, Bogot\u00e1: 7 2 0 9 4 1 5.", [T, T]),
+]
+
+# answers that stay wrong: the same forms with the wrong number, order or city
+STILL_WRONG = [
+    (Z1, " \u0667\u0662\u0660\u0669\u0664\u0661\u0665.", [F]),  # Arabic-Indic, Bogota's number
+    (Z1, " 48,31,90,2.", [F]),  # not a grouping
+    (Z2, " 7209415. Z\u00fcrich: 4831902.", [F, F]),  # swapped through an accented name
+    (Z2, " 4831902. Montr\u00e9al: 7209415.", [T, F]),  # the number given to another city
+    (Z1, " 4831902 is not it; the answer is 7209415.", [F]),
+    (Z1, " 4831902 or 7209415, the first is not it.", [F]),  # still two answers for one city
+    (Z2, " 1st: 7209415, 2nd: 4831902", [F, F]),
+    (Z2, " 1st: 4831902, 1st: 7209415", [F, F]),  # one label twice: no order to read
+    (Z2, " 4831902 \u2192 Bogota, 7209415 \u2192 Zurich", [F, F]),
+    (Z1, " 4 8 3 1.", [F]),  # four digits are a count, not an answer
+    (Z1, " one two three four five six seven.", [F]),
+    (Z1, " 4 8 3 1 9 0 2 1.", [F]),
+]
+
+
+@pytest.mark.parametrize("case, output, hits", CREDITED + STILL_WRONG)
+def test_adversarial_forms_are_read_as_a_careful_grader_reads_them(case, output, hits):
+    assert Needle().score(case, [output])["hits"] == hits
+
+
 @pytest.mark.parametrize("case, output, substring", [
     (R1, " 1234567.", [T]),
     (R1, " 12345678.", [T]),  # the public rule: the digits appear, inside a longer number too

@@ -127,6 +127,21 @@ def test_without_tokenize_or_tokenizer_counting_is_refused_in_one_line(hf):
             connect(lesser.url).count_tokens("Hello")
 
 
+@pytest.mark.parametrize("modes, words", [
+    (Modes(fixed_count=7), "counts that do not grow with the text"),
+    (Modes(fixed_count=10**9), "more than any tokenizer makes"),
+    (Modes(count_times=1000), "more than any tokenizer makes"),
+])
+def test_a_tokenize_whose_counts_are_nonsense_is_refused_before_prompts_are_built(hf, tmp_path, capsys, modes, words):
+    with CompletionsServer(hf, modes=modes) as broken:
+        code, out, err = invoke(capsys, "run", "--model", "server:toy-base", "-M", f"base_url={broken.url}",
+                                "-M", "retries=0", "--task", "needle", "-T", "lengths=256", "--no-progress",
+                                "--out", str(tmp_path))
+    assert code == 2 and words in err and "-M tokenizer=" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.rglob("summary.json"))
+
+
 def test_without_models_endpoint_max_context_must_be_given(hf):
     with CompletionsServer(hf, modes=Modes(models=False)) as lesser:
         with pytest.raises(UserError, match="give -M max_context"):

@@ -58,6 +58,7 @@ from .outcomes import (
     unjudged,
     wanted_metrics,
 )
+from .power import simulable, simulated_detectable_drop
 from .stats import detectable_drop, drop_bound_test, holm_steps, not_testable, one_sided_bounds
 
 __all__ = ["BASELINE_FORMAT", "CheckResult", "Measured", "MetricCheck", "Outcomes", "Tolerances", "check",
@@ -145,10 +146,18 @@ def decide(measured: Sequence[Measured], alpha: float, non_inferiority: bool = F
         checks.append(MetricCheck(
             name=m.name, metric=m.metric, n=m.n, clusters=t["clusters"], baseline=m.baseline, candidate=m.candidate,
             drop=t["drop"], low=low, high=high, p_value=float(p),
-            detectable=detectable_drop(t, m.max_drop, level) if testable else math.nan, failed=failed,
+            detectable=_detectable(m, t, level) if testable else math.nan, failed=failed,
             verdict=_verdict(m, t, testable, failed, non_inferiority), cell=m.cell, max_drop=m.max_drop,
             level=float(level), gated=m.gated))
     return checks
+
+
+def _detectable(m: Measured, test: dict[str, Any], level: float) -> float:
+    """Simulated at the row's own n and discordance for independent pass/fail pairs (where the
+    closed form overstates the power of small cells); the closed form otherwise."""
+    if simulable(m.drop, m.clusters):
+        return simulated_detectable_drop(m.drop, m.max_drop, level)
+    return float(detectable_drop(test, m.max_drop, level))
 
 
 def _verdict(m: Measured, test: dict[str, Any], testable: bool, failed: bool, non_inferiority: bool) -> str:
@@ -182,6 +191,8 @@ def _level(level: float) -> str:
 
 
 def _num(value: float, digits: int = 3, sign: str = "") -> str:
+    if math.isinf(value):  # `detects` of a row that cannot catch any drop with 80% power
+        return "none (cannot)"
     return "n/a" if math.isnan(value) else f"{value:{sign}.{digits}f}"
 
 

@@ -17,6 +17,7 @@ the pair (`pair_report`: e.g. difference heatmaps with significant cells marked)
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -121,7 +122,8 @@ def compare_frames(frame_a: pd.DataFrame, frame_b: pd.DataFrame, keys: Sequence[
                 continue
             row = {**dict(zip(keys, (_plain(k) for k in key))), "metric": metric,
                    **paired_test(a, b, pass_fail, clusters)}
-            row["significant"] = bool(row["p_value"] < alpha)
+            # an untestable row (p NaN) is neither significant nor not: None, an empty CSV cell
+            row["significant"] = None if math.isnan(row["p_value"]) else bool(row["p_value"] < alpha)
             rows.append(row)
     return rows
 

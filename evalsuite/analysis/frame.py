@@ -38,9 +38,12 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
 
 
 def _numeric_metrics(frame: pd.DataFrame, task: str, extra: Sequence[str]) -> None:
-    """A metric's value that is not a number (a damaged record, no verdict) becomes missing."""
+    """A metric's value that is not a number (a damaged record, no verdict) becomes missing, and a
+    metric no record holds is a column of missing values: tables and tests then show n = 0."""
     for metric in (*task_spec(task).metrics, *extra):
-        if metric in frame.columns and frame[metric].dtype == object:
+        if metric not in frame.columns:
+            frame[metric] = float("nan")
+        elif not pd.api.types.is_numeric_dtype(frame[metric]):  # object, or pandas' own text type
             numbers = frame[metric].map(lambda v: float(v) if isinstance(v, (bool, int, float)) else float("nan"))
             if numbers.isna().any():
                 frame[metric] = numbers
@@ -63,7 +66,7 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         for metric in metrics:
             if metric not in part.columns:
                 continue
-            values = pd.to_numeric(part[metric], errors="coerce").dropna()  # a non-number is no value
+            values = _with_errors_as_fails(part, metric).dropna()  # a non-number is no value
             mean, low, high = mean_interval(values.tolist())
             row[metric] = mean
             row[f"{metric}_low"], row[f"{metric}_high"] = low, high
@@ -71,6 +74,20 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         row["errors"] = int(part["error"].notna().sum()) if "error" in part.columns else 0
         rows.append(row)
     return [{k: _plain(v) for k, v in row.items()} for row in rows]
+
+
+ERRORS_RULE = "a sample that failed with an error counts as a fail in a pass/fail rate (as in compare and check)"
+
+
+def _with_errors_as_fails(part: pd.DataFrame, metric: str) -> pd.Series:
+    """The metric's values with errored samples of a pass/fail metric as 0: one rule in report, compare
+    and check, so a crashing checkpoint never shows a higher rate than its passes earn. A metric that
+    is not pass/fail (NLL, a mean over queries) has no value for an errored sample."""
+    values = pd.to_numeric(part[metric], errors="coerce")
+    present = values.dropna()
+    if "error" not in part.columns or present.empty or not present.isin((0.0, 1.0)).all():
+        return values
+    return values.mask(values.isna() & part["error"].notna(), 0.0)
 
 
 def _counted(part: pd.DataFrame, metrics: Sequence[str]) -> int:

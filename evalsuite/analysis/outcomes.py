@@ -248,6 +248,7 @@ def measure_pair(cand: Outcomes, base: Outcomes, tolerance: Callable[[str], floa
                  metrics: Sequence[str] = ()) -> list[Measured]:
     """Every shared metric's paired drop over all samples; a gated metric's (`gated_metrics`) also
     per cell, each with its `tolerance(metric)`. A sample that failed with an error counts as a fail."""
+    refuse_broken_rates(cand, base)
     frame_c, frame_b = _paired_frames(cand, base)
     gated = gated_metrics(cand, base, metrics)
     labels = list(dict.fromkeys(frame_b["cell"]))  # first appearance: the plan's order
@@ -268,6 +269,23 @@ def measure_pair(cand: Outcomes, base: Outcomes, tolerance: Callable[[str], floa
                 drop=drop[keep], clusters=[c for c, k in zip(clusters, keep) if k] if clusters is not None else None,
                 cell=label, max_drop=tolerance(metric), gated=metric in gated))
     return rows
+
+
+def refuse_broken_rates(cand: Outcomes, base: Outcomes) -> None:
+    """A metric that is pass/fail in one run (every value 0 or 1) cannot hold a value outside 0..1
+    in the other: that run's records are damaged, and gating them would call damage a regression."""
+    def numbers(run: Outcomes, metric: str) -> list[tuple[str, float]]:  # a baseline file may hold anything
+        return [(i, v) for i, v in zip(run.ids, run.scores[metric]) if isinstance(v, (int, float))]
+
+    for metric in [m for m in cand.scores if m in base.scores]:
+        for run, other in ((cand, base), (base, cand)):
+            values = [v for _, v in numbers(other, metric)]
+            if not values or any(v not in (0, 1) for v in values):
+                continue
+            bad = next(((i, v) for i, v in numbers(run, metric) if not 0 <= v <= 1), None)
+            if bad is not None:
+                raise UserError(f"{run.name}: {metric} is {bad[1]} in sample {bad[0]}, outside 0..1 where "
+                                f"{other.name} holds pass/fail values: its records are damaged; rerun it")
 
 
 def coverage_notes(pairs: Sequence[tuple[Outcomes, Outcomes]], unmatched: Sequence[Outcomes]) -> list[str]:

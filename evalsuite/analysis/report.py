@@ -16,7 +16,7 @@ from evalsuite.engine.records import open_run
 from evalsuite.errors import UserError
 from evalsuite.registry import task_for_run
 
-from .frame import run_frame, summarize
+from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
 
 
@@ -65,7 +65,9 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
         rows = summarize(frame, task.group_by, metrics)
         keys = [k for k in task.group_by if k in frame.columns]
         title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
-        sections.append(title + "\n\n" + markdown_table(rows, keys, metrics))
+        errors = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
+        sections.append(title + "\n\n" + markdown_table(rows, keys, metrics)
+                        + f"\n\nn: scored and errored samples ({errors} errored); {ERRORS_RULE}")
         section = task.view(task).report_section(run)  # e.g. judged accuracy, kept beside samples.jsonl
         if section:
             sections.append(section)

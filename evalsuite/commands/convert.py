@@ -13,7 +13,9 @@ import click
               help="Folder to write (config.json, model.safetensors, the tokenizer); must not hold files.")
 @click.option("--key-map", "key_map", metavar="FILE|builtin:NAME", default=None,
               help="TOML of regular expression = new name rules ([rename]; '' drops a tensor), or a built-in map: "
-              "builtin:diff-v2 (the standalone DIFF V2 module's names). Default: names kept as they are.")
+              "builtin:diff-v2 (a standalone DIFF V2 model: the public attention module's names, "
+              "evalsuite's around it), builtin:archscale-diff (DIFF V1 from lit-gpt/ArchScale into "
+              "--arch diffllama). Default: names kept as they are.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
               help="A config.json whose fields (and model_type) describe the model.")
 @click.option("--arch", type=click.Choice(["diffllama_v2", "diffllama", "llama"]), default=None,

@@ -220,7 +220,8 @@ def _describe_one(cost: PlanCost) -> list[str]:
 
 def dry_run(task_name: str | None, specs: Sequence[str], *, suite: str | Path | None, limit: int | None,
             device: str, batch_size: int, seed: int | None, model_options: Mapping[str, str],
-            params: Mapping[str, str], scale: str | None = None, data_dir: Path | None = None) -> str:
+            params: Mapping[str, str], scale: str | None = None, data_dir: Path | None = None,
+            step: Mapping[str, Any] | None = None) -> str:
     """The plan of one task (or of each entry of a suite, at `scale`, its {data_dir} paths filled)
     on each model (loaded one at a time, checked as a run would check it, calibrated once),
     described; nothing is written. Suite entries are clipped to each model's context as a run
@@ -231,24 +232,43 @@ def dry_run(task_name: str | None, specs: Sequence[str], *, suite: str | Path | 
         raise UserError("--suite sets the tasks and their parameters: drop --task and -T, or edit the suite file")
     if suite is None and (scale is not None or data_dir is not None):
         raise UserError("--scale and --data-dir are for --suite; with --task give its parameters with -T")
+    entries: list[tuple[Any, int | None, Any]]  # (task, limit, its suite entry or None)
     if suite is not None:
         from .suite_scales import SuiteSettings
         from .suites import check_needs, load_suite
 
         if data_dir is not None and not data_dir.is_dir():
             raise UserError(f"--data-dir {data_dir} is not a folder")
-        loaded = check_needs(load_suite(suite, seed, SuiteSettings(scale=scale, data_dir=data_dir)))
+        settings = SuiteSettings(scale=scale, data_dir=data_dir, step=dict(step or {}))
+        loaded = check_needs(load_suite(suite, seed, settings))
         if not loaded.entries:
             raise UserError(f"suite {loaded.name}: every entry was skipped; provide what the lines above ask for")
-        entries = [(entry.task, limit if limit is not None else entry.limit, entry.clip) for entry in loaded.entries]
+        entries = [(entry.task, limit if limit is not None else entry.limit, entry) for entry in loaded.entries]
     elif task_name is not None:
         entries = [(make_task(task_name, params, seed), limit, None)]
+        _refuse_undeclared(entries[0][0], step or {})
     else:
         raise UserError("give --task NAME (see `evalsuite list`) or --suite FILE")
-    return describe(_costs(entries, specs, model_options, device, batch_size))
+    text = describe(_costs(entries, specs, model_options, device, batch_size))
+    if step:  # what comes after the model's outputs (a judge) is named, though not estimated
+        options = ", ".join(f"--{key.replace('_', '-')} {_text(value)}" for key, value in step.items())
+        text += f"\n\nthen the run step of the tasks that take it: {options} (its time is not in the estimate)"
+    return text
 
 
-def _costs(entries: Sequence[tuple[Any, int | None, str | None]], specs: Sequence[str],
+def _refuse_undeclared(task: Any, step: Mapping[str, Any]) -> None:
+    """A run-step option (--judge) that the task does not take, refused as `run` refuses it."""
+    declared = {option.key for option in task.options}
+    for key in step:
+        if key not in declared:
+            raise UserError(f"task {task.name} has no judging step; drop --{key.replace('_', '-')}")
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _costs(entries: Sequence[tuple[Any, int | None, Any]], specs: Sequence[str],
            model_options: Mapping[str, str], device: str, batch_size: int) -> list[PlanCost]:
     import gc
 
@@ -256,6 +276,7 @@ def _costs(entries: Sequence[tuple[Any, int | None, str | None]], specs: Sequenc
 
     from .runner import check_task, planned_samples
     from .suite_scales import clipped
+    from .suites import refused_on
 
     for spec in specs[1:]:
         check_model(spec, model_options)
@@ -263,8 +284,10 @@ def _costs(entries: Sequence[tuple[Any, int | None, str | None]], specs: Sequenc
     for spec in specs:
         model = load_model(spec, model_options, device=device, batch_size=batch_size)
         calibration = calibrate(model)
-        for entry_task, limit, clip in entries:
-            task, _ = clipped(entry_task, clip, model.max_context)  # as the run would clip it
+        for entry_task, limit, entry in entries:  # entry: the suite entry (None for --task)
+            task, note = clipped(entry_task, entry.clip if entry else None, model.max_context)  # as the run clips it
+            if note is not None and refused_on(entry, task, model):
+                continue  # an optional entry this model cannot run: skipped with its line, as the run skips it
             state = check_task(task, model)
             samples = planned_samples(task, state, limit)
             if not samples:

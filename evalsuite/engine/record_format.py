@@ -10,6 +10,15 @@ across the run. Where most records hold a number (or true/false) there, a line
 holding text, a list or an object there is damaged, and the other way round;
 null fits any kind. The rule needs no knowledge of the task, so it holds for a
 plugin's records too.
+
+Where the run's task is installed, a line must also fit what the task declares
+(`check_declared`): its axes hold at least one of the task's axes, and each of
+the task's metrics it holds is a number, true/false or null. A run of one
+record, or one whose records are all damaged alike, has no majority to be
+measured against, and this rule still catches it.
+
+config.json's fields that readers take apart (`check_config`): `params` and
+`model` are objects, `checkpoint` an object or null with a whole-number step.
 """
 
 from __future__ import annotations
@@ -50,6 +59,34 @@ def check_fields(values: Mapping[str, Any]) -> None:
         raise ValueError("'outputs' is not a list")
     if not isinstance(values.get("error"), (str, type(None))):
         raise ValueError("'error' is neither text nor null")
+
+
+def check_declared(fields: Fields, axes: Sequence[str], metrics: Sequence[str]) -> str | None:
+    """Why a record does not fit its task's declared axes and metrics (None: it fits). Only some
+    of the axes need be there (zeroshot names `bits` only when it sweeps them), and a record
+    without scores is a sample the task skipped on purpose."""
+    if axes and not any(axis in fields.axes for axis in axes):
+        return f"'axes' holds none of the task's axes ({', '.join(axes)})"
+    for metric in metrics:
+        kind = _kind(fields.scores.get(metric))
+        if kind not in (None, NUMBER):
+            return f"scores {metric!r} is {kind}, not a number or true/false"
+    return None
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """ValueError naming the first field of config.json that readers cannot take apart."""
+    for key in ("params", "model"):
+        if key in config and not isinstance(config[key], Mapping):
+            raise ValueError(f"{key!r} is not an object")
+    checkpoint = config.get("checkpoint")
+    if checkpoint is None:
+        return
+    if not isinstance(checkpoint, Mapping):
+        raise ValueError("'checkpoint' is neither an object nor null")
+    step = checkpoint.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ValueError("'checkpoint' step is not a whole number of training steps")
 
 
 def _kind(value: Any) -> str | None:

@@ -150,16 +150,18 @@ def check_clip_parameter(task: Any, clip: str | None, where: str) -> None:
 
 def clipped(task: Any, clip: str | None, max_context: int) -> tuple[Any, str | None]:
     """The task with the lengths of parameter `clip` over `max_context` left out, and a note saying
-    which were (None when all fit). When none fits, the shortest is kept, so that every model runs
-    the entry and the task's own check says why the length does not fit."""
+    which were (None when all fit). When none fits (an NLL entry of one 64K length on an 8K model),
+    the entry runs at the model's context instead, so that every model runs every entry."""
     if clip is None:
         return task, None
     lengths = tuple(getattr(task, clip))
-    kept = tuple(n for n in lengths if n <= max_context) or lengths[:1]
+    kept = tuple(n for n in lengths if n <= max_context)
     if kept == lengths:
         return task, None
     left_out = ", ".join(str(n) for n in lengths if n not in kept)
     note = f"{clip} {left_out} left out: over the model's context of {max_context} tokens"
+    if not kept:
+        kept, note = (max_context,), f"{note}; run at {max_context} instead"
     return dataclasses.replace(task, **{clip: kept}), note
 
 

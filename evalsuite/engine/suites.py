@@ -226,6 +226,22 @@ def check_needs(suite: Suite) -> Suite:
     return dataclasses.replace(suite, entries=tuple(kept), skipped=tuple(skipped))
 
 
+def refused_on(entry: SuiteEntry, task: Any, model: ModelAdapter) -> str | None:
+    """Why an optional entry clipped to this model's context cannot run on it (its documents too short
+    for that context), said in one line and skipped; None when it can, or when it is not optional (the
+    run then refuses it as it would any task)."""
+    from .runner import check_task
+
+    if not entry.optional:
+        return None
+    try:
+        check_task(task, model)
+    except UserError as exc:
+        print(f"skipped {entry.name!r} ({task.name}) on {model.name}: {exc}", file=sys.stderr)
+        return str(exc)
+    return None
+
+
 def _unprepared(entry: SuiteEntry) -> str | None:
     """Why the entry's task cannot be prepared without a model (its data, its packages), or None."""
     try:
@@ -239,13 +255,17 @@ def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptio
     from .distributed import world_from_env
     from .runner import _safe, run_task
 
-    runs, notes = [], {}
+    runs, notes, skipped = [], {}, list(suite.skipped)
     for entry in suite.entries:
         limit = options.limit if options.limit is not None else entry.limit
         task, note = clipped(entry.task, entry.clip, model.max_context)
         if note is not None:
             notes[entry.name] = note
             print(f"note: {entry.name} on {model.name}: {note}", file=sys.stderr)
+        why = refused_on(entry, task, model) if note is not None else None  # clipped: its data may not reach
+        if why is not None:
+            skipped.append((entry, why))
+            continue
         step = entry.step if entry.step is not None else options.step
         runs.append((entry, run_task(task, model, dataclasses.replace(options, limit=limit, step=step))))
     result: Path = options.out / f"suite-{_safe(suite.name)}-{_safe(model.name)}.json"
@@ -259,7 +279,7 @@ def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptio
                   "overall": json.loads(run.summary_path.read_text()).get("overall", {}),
                   **({"note": notes[entry.name]} if entry.name in notes else {})}
                  for entry, run in runs],
-        "skipped": [{"name": entry.name, "task": entry.task.name, "reason": why} for entry, why in suite.skipped],
+        "skipped": [{"name": entry.name, "task": entry.task.name, "reason": why} for entry, why in skipped],
     })
     return result
 

@@ -66,8 +66,8 @@ def run_content(path: str | Path) -> RunContent:
     run = open_run(path)
     if not run.complete:
         raise UserError(f"run {run.path} is not complete (no summary.json); rerun its command to finish it")
-    config = run.read_config()
-    summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+    config = run.read_config()  # a checkpoint that is not an object, a step that is not a number: one line
+    summary = read_summary(run)
     columns, rows = sample_table(run)
     checkpoint = config.get("checkpoint") or {}  # the training step and the checkpoints' family, when known
     family = str(checkpoint.get("family") or config.get("model", {}).get("name", "model"))
@@ -76,6 +76,19 @@ def run_content(path: str | Path) -> RunContent:
         name=run.path.name, series=f"{config.get('task', 'task')}-{family}", step=int(step or 0),
         config=_tracker_config(config), scalars=summary_scalars(summary),
         images=tuple(sorted(run.plots.glob("*.png"))) if run.plots.is_dir() else (), columns=columns, rows=rows)
+
+
+def read_summary(run: RunFolder) -> dict[str, Any]:
+    """summary.json as an object, or one line saying why it is not one (a rerun rewrites it)."""
+    try:
+        summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{run.summary_path} is not readable ({exc}); delete it and rerun the run's "
+                        "command to write it again") from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{run.summary_path} holds a {type(summary).__name__}, not a JSON object; delete "
+                        "it and rerun the run's command to write it again")
+    return summary
 
 
 def _tracker_config(config: Mapping[str, Any]) -> dict[str, Any]:

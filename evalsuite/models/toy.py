@@ -67,10 +67,12 @@ def toy_config(kind: str, vocab_size: int, size: ToySize = ToySize()) -> Any:
     head_dim d); DiffLlama then has heads/2 differential heads with Q/K halves of width
     d and values of width 2d, as in the paper. Parameter counts differ only by the lambdas.
 
-    DIFF V2 (`diff2`) is matched as its authors match it: h = heads/2 output heads, so 2h
-    query heads of the baseline's width d (the same query width) and the same KV heads;
-    only o_proj is narrower (h*d inputs). With as many KV heads as query heads (the toy
-    baseline has no GQA), the two heads of a pair read different keys and values."""
+    DIFF V2 (`diff2`) is NOT matched as its authors match it (they keep the baseline's h heads
+    as output heads, double the query heads to 2h, keep the KV heads so each pair shares key
+    and value in one GQA group, and keep o_proj). Here h = heads/2 output heads, so 2h query
+    heads of the baseline's width d and as many KV heads as query heads: the two heads of a
+    pair read different keys and values, the layout the authors call wrong, and o_proj is
+    narrower (h*d inputs). The shipped toy-diff2 was trained so; see docs/toy-models.md."""
     from transformers import DiffLlamaConfig, LlamaConfig
 
     from .diffllama_v2 import DiffLlamaV2Config

@@ -9,13 +9,22 @@ sample, and the runs it pairs with: those of the same task identity
 
 Images are either embedded as data: URIs (a page written to one file) or named
 by their path under the results folder, which the server answers.
+
+A written page stays small however many runs it shows: it holds at most
+WRITTEN_SAMPLES samples of each run (spread over the run, the count of all
+said beside them; the served viewer shows every one), and beyond EMBED_RUNS
+runs it links the plots by their path from the page instead of holding them.
+Each run is named by what it ran: its suite entry, task, model and dataset,
+not only its folder's hash-suffixed name.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,12 +34,16 @@ from evalsuite.analysis.report import format_rate
 from evalsuite.analysis.side_scores import scored_records, side_metrics
 from evalsuite.analysis.tables import display_rows
 from evalsuite.engine.identity import identity_difference, task_identity
-from evalsuite.engine.records import RunFolder, open_run
+from evalsuite.engine.records import DamagedRun, RunFolder, open_run
 from evalsuite.errors import UserError
 from evalsuite.registry import TaskSpec, task_spec
 from evalsuite.version import __version__
 
 from .samples import column_order, plain, sample_entries
+
+WRITTEN_SAMPLES = 50  # samples of one run a written page holds
+EMBED_RUNS = 20  # runs whose plots a written page holds; beyond, it links them
+ImageSource = Callable[[Path], str]  # an image file -> the src the page gives it
 
 IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 FILES_PREFIX = "files/"  # where the server answers a file of the results folder
@@ -46,19 +59,58 @@ def relative_name(path: Path, root: Path) -> str:
     return root.name if relative == "." else relative
 
 
-def image_entries(folder: Path, root: Path, embed: bool) -> list[dict[str, str]]:
-    """The images in `folder`, each as {name, src}: a data: URI, or the server's path for it."""
+def embedded(path: Path) -> str:
+    return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def served(root: Path) -> ImageSource:
+    return lambda path: FILES_PREFIX + path.relative_to(root).as_posix()
+
+
+def linked(page_folder: Path) -> ImageSource:
+    return lambda path: Path(os.path.relpath(path, page_folder)).as_posix()
+
+
+def image_entries(folder: Path, source: ImageSource) -> list[dict[str, str]]:
+    """The images in `folder`, each as {name, src}: a data: URI, the server's path, or a link."""
     entries = []
     for path in sorted(folder.glob("*")) if folder.is_dir() else []:
-        kind = IMAGE_TYPES.get(path.suffix.lower())
-        if kind is None or not path.is_file():
-            continue
-        if embed:
-            src = f"data:{kind};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-        else:
-            src = FILES_PREFIX + path.relative_to(root).as_posix()
-        entries.append({"name": path.name, "src": src})
+        if path.suffix.lower() in IMAGE_TYPES and path.is_file():
+            entries.append({"name": path.name, "src": source(path)})
     return entries
+
+
+def spread(items: Sequence[Any], most: int | None) -> list[Any]:
+    """At most `most` of `items`, evenly spread over them (every cell of a sweep keeps some)."""
+    if most is None or len(items) <= most:
+        return list(items)
+    return [items[i * len(items) // most] for i in range(most)]
+
+
+def dataset_of(params: Mapping[str, Any]) -> str:
+    """What data a run read, from its parameters: a dataset's name, the benchmarks, a data file's
+    name; "built-in" for the generated text of needle, NLL and outliers."""
+    named = params.get("dataset") or params.get("benchmarks")
+    named = ",".join(map(str, named)) if isinstance(named, list) else named
+    files = [str(params.get(key)) for key in ("data", "source", "haystack")
+             if params.get(key) not in (None, "", "builtin")]
+    file_name = Path(files[0].rstrip("/")).name if files else None
+    if named and file_name:
+        return f"{named} ({file_name})"
+    return str(named or file_name or "built-in")
+
+
+def suite_entries(root: Path) -> dict[str, str]:
+    """Run folder path -> its entry name in the suite results under `root` (needle-4k, icl-trec)."""
+    names = {}
+    for path in root.rglob("suite-*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            for item in data.get("runs", []):
+                names[str((path.parent / item["run"]).resolve())] = str(item["name"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a suite result this viewer can read: its runs keep their folder names
+    return names
 
 
 def run_spec(run: RunFolder, task: str) -> tuple[TaskSpec, tuple[str, ...]]:
@@ -85,17 +137,19 @@ def summary_table(run: RunFolder, spec: TaskSpec) -> dict[str, Any]:
     return {"header": header, "rows": rows}
 
 
-def run_entry(run: RunFolder, root: Path, embed: bool) -> dict[str, Any]:
+def run_entry(run: RunFolder, root: Path, images: ImageSource, most_samples: int | None = None,
+              entry: str | None = None) -> dict[str, Any]:
     config = run.read_config()
     task = str(config["task"])
     spec, side = run_spec(run, task)
     primary = spec.primary_metric or (spec.metrics[0] if spec.metrics else None)
     gated = [m for m in (primary, *side) if m]
     records = scored_records(run)
-    samples, pass_fail = sample_entries(records, run.path, gated, spec.lower_is_better)
+    samples, pass_fail = sample_entries(spread(records, most_samples), run.path, gated, spec.lower_is_better)
     model = config.get("model", {})
     return {
         "name": relative_name(run.path, root), "folder": str(run.path), "task": task,
+        "entry": entry, "dataset": dataset_of(config.get("params", {})), "samples_total": len(records),
         "model": str(model.get("name", "?")) if isinstance(model, dict) else "?",
         "complete": run.complete, "primary_metric": primary, "gated": gated, "pass_fail": pass_fail,
         "lower_is_better": list(spec.lower_is_better),
@@ -103,7 +157,7 @@ def run_entry(run: RunFolder, root: Path, embed: bool) -> dict[str, Any]:
         "score_columns": column_order(records, gated, "scores"),
         "params": plain(config.get("params", {})), "limit": config.get("limit"),
         "log_prompts": bool(config.get("log_prompts")), "hash": str(config.get("hash", ""))[:10],
-        "summary": summary_table(run, spec), "images": image_entries(run.plots, root, embed),
+        "summary": summary_table(run, spec), "images": image_entries(run.plots, images),
         "samples": samples, "partners": [],
         "_identity": task_identity(config),
     }
@@ -117,7 +171,10 @@ def find_runs(root: Path) -> list[RunFolder]:
         run = open_run(config.parent)
         try:
             run.read_config()
-        except UserError:
+        except DamagedRun as exc:  # one damaged run must not hide the others
+            warn(f"{exc}; left out")
+            continue
+        except UserError:  # not a run's config.json
             continue
         runs.append(run)
     return runs
@@ -138,7 +195,7 @@ def comparison_names(data: dict[str, Any]) -> tuple[str, str]:
     return names if names[0] != names[1] else (str(data["a"]["run"]), str(data["b"]["run"]))
 
 
-def comparison_entry(folder: Path, root: Path, embed: bool) -> dict[str, Any] | None:
+def comparison_entry(folder: Path, root: Path, images: ImageSource) -> dict[str, Any] | None:
     """A compare-* folder's table and plots (None, with a warning, when its comparison.json is unreadable)."""
     path = folder / "comparison.json"
     try:
@@ -155,21 +212,30 @@ def comparison_entry(folder: Path, root: Path, embed: bool) -> dict[str, Any] | 
         "runs": [str(data["a"]["run"]), str(data["b"]["run"])], "alpha": data.get("alpha"),
         "overall": {"header": overall[0], "rows": overall[1]},
         "cells": {"header": cells[0], "rows": cells[1]},
-        "images": image_entries(folder, root, embed),
+        "images": image_entries(folder, images),
     }
 
 
-def collect(results: str | Path, embed_images: bool = True) -> dict[str, Any]:
-    """The runs and comparisons under `results`, as the page's data."""
+def collect(results: str | Path, embed_images: bool = True, page: Path | None = None) -> dict[str, Any]:
+    """The runs and comparisons under `results`, as the page's data: for a page written to the file
+    `page`, with at most WRITTEN_SAMPLES samples a run and its images embedded (linked from the
+    page beyond EMBED_RUNS runs); for the served viewer, every sample and the server's image paths."""
     root = Path(results)
     if not root.is_dir():
         what = "not a folder" if root.exists() else "no such results folder"
         raise UserError(f"{what}: {results} (give the --out folder of evalsuite run, or one run folder)")
     root = root.resolve()
-    runs = [run_entry(run, root, embed_images) for run in find_runs(root)]
+    found, entries = find_runs(root), suite_entries(root)
+    images: ImageSource = embedded if embed_images else served(root)
+    if page is not None and len(found) > EMBED_RUNS:
+        images = linked(page.resolve().parent)
+        warn(f"the page links the plots of its {len(found)} runs (more than {EMBED_RUNS}) from {root} rather than "
+             "holding them: open it where that folder is")
+    most = WRITTEN_SAMPLES if page is not None else None
+    runs = [run_entry(run, root, images, most, entries.get(str(run.path.resolve()))) for run in found]
     pair_runs(runs)
     folders = sorted(p.parent for p in root.rglob("comparison.json") if p.parent.name.startswith("compare-"))
-    comparisons = [entry for folder in folders if (entry := comparison_entry(folder, root, embed_images))]
+    comparisons = [entry for folder in folders if (entry := comparison_entry(folder, root, images))]
     if not runs and not comparisons:
         raise UserError(f"{results} holds no run folders (config.json) and no compare-* folders; "
                         "point evalsuite view at the --out folder of evalsuite run")

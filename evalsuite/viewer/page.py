@@ -34,4 +34,4 @@ def render(data: Any) -> str:
 
 def write_page(results: str | Path, out_file: str | Path) -> Path:
     """One self-contained HTML file for the results folder: data and images inside it."""
-    return write_page_file(out_file, render(collect(results, embed_images=True)))
+    return write_page_file(out_file, render(collect(results, embed_images=True, page=Path(out_file))))

@@ -110,14 +110,15 @@ def icl_order(runs: PaperRuns, figures: Path) -> Section:
     base = entries[0][1][0][0]
     others = [m for m, _ in entries[0][1][1:]]
     header = ["dataset", "order", "shots", f"{base} spread", *(f"{m} spread" for m in others),
-              *(f"{m} − {base} excess spread (95% CI, p Holm)" for m in others), "paper Transformer", "paper DIFF"]
+              *(f"{m} − {base} order sd beyond noise (points, p Holm)" for m in others), "paper Transformer",
+              "paper DIFF"]
     rows: list[list[str]] = []
     tests: dict[str, dict[Key, Paired]] = {}
     for _, found in entries:
         label = ICL_LABELS.get(icl_dataset(found[0][1]), icl_dataset(found[0][1]))
         for row in _spread_rows(found, robustness_rows):
             item = paper.get(f"{label} {ORDER_LABELS.get(row['order'], row['order'])}")
-            values = [] if item is None else [f"{item.values[c]:.1f}" for c in ("Transformer", "DIFF")]
+            values = [] if item is None else [item.text(c) for c in ("Transformer", "DIFF")]  # as the paper rounds
             rows.append([label, row["order"], str(row["n_shots"]), *row["spreads"], *row["tests"],
                          *(values or ["", ""])])
             for model, test in zip(others, row["paired"]):
@@ -127,9 +128,10 @@ def icl_order(runs: PaperRuns, figures: Path) -> Section:
     return Section(key=key, title=TITLES[key], readings=readings, tables=[Table(
         "best minus worst accuracy over orders (points), at the largest shot count", header, rows)],
         published=published(key),
-        notes=["excess spread: the spread minus its binomial noise floor; the difference is paired over the test "
-               "questions (bootstrap) with Holm's correction over the rows, as `evalsuite compare` writes it in "
-               "order_robustness.md; needs two or more permutations"])
+        notes=["order sd beyond noise: the standard deviation of accuracy over the orders, binomial noise taken "
+               "out; its p tests the order variance difference by a bootstrap that resamples the permutations (a "
+               "random sample of orders) and the test questions together, Holm over the rows, as `evalsuite "
+               "compare` writes it in order_robustness.md; needs two or more permutations"])
 
 
 def _spread_rows(found: list[tuple[str, RunFolder]], robustness_rows: Any) -> list[dict[str, Any]]:
@@ -144,9 +146,10 @@ def _spread_rows(found: list[tuple[str, RunFolder]], robustness_rows: Any) -> li
     out = []
     for index, first in enumerate(per_model[0] if per_model else []):
         rows = [model_rows[index] for model_rows in per_model]
-        spreads = [_points(first["spread_a"]), *(_points(r["spread_b"]) for r in rows)]
-        # the model's excess spread minus the baseline's (compare gives baseline minus model): below zero, steadier
-        paired = [Paired(_points_negated(r["excess_diff"]), _points_negated(r["high"]), _points_negated(r["low"]),
+        spreads = [_points_text(first["spread_a"]), *(_points_text(r["spread_b"]) for r in rows)]
+        # the model's order sd minus the baseline's (compare's a is the baseline): below zero, steadier; the
+        # test's interval is of the variance difference, in other units, so none is shown beside the sd
+        paired = [Paired(_points(r["order_sd_b"], r["order_sd_a"]), np.nan, np.nan,
                          np.nan if r["p_holm"] is None else r["p_holm"], int(r["n"]), "bootstrap") for r in rows]
         tests = [p.text(1).replace("p=", "p Holm=") for p in paired]
         out.append({"order": first["order"], "n_shots": first["n_shots"], "spreads": spreads, "tests": tests,
@@ -154,11 +157,12 @@ def _spread_rows(found: list[tuple[str, RunFolder]], robustness_rows: Any) -> li
     return out
 
 
-def _points_negated(value: float | None) -> float:
-    return np.nan if value is None else -value * 100 + 0.0
+def _points(value: float | None, baseline: float | None) -> float:
+    """value - baseline in points (NaN when either is missing)."""
+    return np.nan if value is None or baseline is None else (value - baseline) * 100 + 0.0
 
 
-def _points(value: float | None) -> str:
+def _points_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}"
 
 

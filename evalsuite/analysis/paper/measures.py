@@ -24,6 +24,11 @@ from ..tables import p_text
 
 ALPHA = 0.05
 Key = tuple[Any, ...]
+# the fewest paired samples in every cell, and the fewest documents, before a section reads its
+# differences in words ("above ... at 3 of 4 settings", "a band clear of zero"): below them the
+# numbers are shown with their n, and the reading says there are too few to read
+MIN_SAMPLES = 10
+MIN_DOCUMENTS = 10
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class Estimate:
         if math.isnan(self.mean):
             return "n/a"
         interval = "" if math.isnan(self.low) else f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
-        return f"{self.mean:.{digits}f}{interval}"
+        return f"{self.mean:.{digits}f}{interval}, n={self.n}"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class Paired:
             return "n/a"
         interval = "" if math.isnan(self.low) else f" [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
         p = "not testable" if math.isnan(self.p_value) else f"p={p_text(self.p_value)}"
-        return f"{self.diff:+.{digits}f}{interval}, {p}" + (" *" if self.significant else "")
+        return f"{self.diff:+.{digits}f}{interval}, {p}, n={self.n}" + (" *" if self.significant else "")
 
 
 def _nan(value: Any) -> float:
@@ -103,6 +108,10 @@ def reading(model: str, baseline: str, cells: dict[Key, Paired], what: str, lowe
     tested = [p for p in cells.values() if not math.isnan(p.diff)]
     if not tested:
         return f"{model} vs {baseline}: no paired samples"
+    fewest = min(p.n for p in tested)
+    if fewest < MIN_SAMPLES:
+        return (f"{model} vs {baseline}: as few as {fewest} paired samples in one of the {len(tested)} {what}, fewer "
+                f"than the {MIN_SAMPLES} a reading needs; the differences are shown, not read")
     better = [p for p in tested if (p.diff < 0 if lower_is_better else p.diff > 0)]
     significant = [p for p in better if p.significant]
     worse = [p for p in tested if p.significant and p not in better]

@@ -11,7 +11,7 @@ import numpy as np
 from evalsuite.engine.records import RunFolder
 
 from .collect import PaperRuns
-from .measures import ALPHA
+from .measures import ALPHA, MIN_DOCUMENTS, Key
 from .published import published
 from .sections import Cells, Section, Table, absent, cell_table, named, two_models
 
@@ -47,8 +47,12 @@ def nll(runs: PaperRuns, figures: Path) -> Section:
         below = table[table["diff"] > 0]
         shown = sum(1 for _, r in below.iterrows() if not math.isnan(r["low"]) and r["low"] > 0)
         documents = int(table["documents"].min()) if len(table) else 0
-        readings.append(f"{model} below {base_name} at {len(below)} of {len(table)} positions, {shown} with the "
-                        f"95% paired band over {documents} documents clear of zero")
+        if documents < MIN_DOCUMENTS:
+            readings.append(f"{model} vs {base_name}: {documents} documents, fewer than the {MIN_DOCUMENTS} a paired "
+                            "band needs; the curves are shown, not read")
+        else:
+            readings.append(f"{model} below {base_name} at {len(below)} of {len(table)} positions, {shown} with the "
+                            f"95% paired band over {documents} documents clear of zero")
         for length in sorted(set(table["context_length"])):
             part = table[table["context_length"] == length].reset_index(drop=True)
             for index in headline_positions(part["position"].to_numpy()):
@@ -79,14 +83,28 @@ def zeroshot(runs: PaperRuns, figures: Path) -> Section:
         return absent(key, TITLES[key], runs, [entry])
     paper = {p.label: p for p in published(key)}
     metric = "acc_norm" if _has_metric(found[0][1], "acc_norm") else "acc"
-    cells = Cells(keys=("benchmark", "bits"), metric=metric, label=lambda cell: f"{cell[0]}, {cell[1]}-bit attention",
+    dtype = "/".join(_dtypes(found))
+
+    def label(cell: Key) -> str:  # 16 "bits" is the attention as the model computes it, in its own dtype
+        return f"{cell[0]}, unquantized attention ({dtype})" if cell[1] == 16 else f"{cell[0]}, {cell[1]}-bit attention"
+
+    cells = Cells(keys=("benchmark", "bits"), metric=metric, label=label,
                   paper=lambda cell: paper["4-bit attention (about)"] if cell[1] == 4 else None)
     table, readings, _ = cell_table(f"{metric} per attention bit width", found, cells, "bit widths")
     figure = _accuracy_vs_bits(found, metric, figures / key)
-    notes = ["16 bits is the model as loaded in 16-bit precision; fewer bits quantize the attention logits by dynamic "
-             "absmax", "the paper's gain is in points (accuracy × 100)"]
+    notes = [f"the unquantized row (the paper's 16 bits) is the attention as the model computes it, in {dtype}; fewer "
+             "bits quantize the attention logits by dynamic absmax", "the paper's gain is in points (accuracy × 100)"]
     return Section(key=key, title=TITLES[key], readings=readings, tables=[table], figures=[figure],
                    published=published(key), notes=notes)
+
+
+def _dtypes(found: Sequence[tuple[str, RunFolder]]) -> list[str]:
+    """The dtypes the models ran in, as their runs record them."""
+    dtypes = set()
+    for _, run in found:
+        model = run.read_config().get("model")
+        dtypes.add(str(model.get("dtype") or "dtype not recorded") if isinstance(model, dict) else "dtype not recorded")
+    return sorted(dtypes)
 
 
 def _has_metric(run: RunFolder, metric: str) -> bool:

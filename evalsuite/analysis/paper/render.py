@@ -10,9 +10,10 @@ from pathlib import Path
 
 from evalsuite.version import __version__
 
+from ..frame import ERRORS_RULE
 from ..html import STYLE, image, table
 from .collect import PaperRuns
-from .published import STATEMENTS, Published, value_text
+from .published import PAPER_PLACES, STATEMENTS, Published
 from .sections import Section
 
 PAPER = ('"Differential Transformer", Ye, Dong, Xia, Sun, Zhu, Huang, Wei, ICLR 2025 (arXiv 2410.05258); '
@@ -26,12 +27,18 @@ EXTRA_STYLE = """
 def _published_rows(items: Sequence[Published]) -> list[list[str]]:
     rows = []
     for item in items:
-        values = "; ".join(f"{column} {value_text(value, item.unit)}" for column, value in item.values.items())
+        values = "; ".join(f"{column} {item.text(column)}" for column in item.values)
         rows.append([item.label, values, item.unit, item.cite])
     return rows
 
 
 PUBLISHED_HEADER = ["setting", "the paper's value", "unit", "where the paper gives it"]
+
+
+def heading(section: Section) -> str:
+    """A section's title and the table or figure of the paper it answers."""
+    place = PAPER_PLACES.get(section.key)
+    return section.title if place is None else f"{section.title} (answers the paper's {place})"
 
 
 def intro(runs: PaperRuns) -> list[str]:
@@ -41,14 +48,15 @@ def intro(runs: PaperRuns) -> list[str]:
             f"source of the published numbers: {PAPER}",
             "intervals: 95% (Wilson for pass/fail rates, Student t otherwise); differences: each model minus the "
             "baseline on paired samples with a 95% paired bootstrap interval and a two-sided p (exact McNemar for "
-            "pass/fail, sign-flip permutation otherwise); * marks p < 0.05, without correction across cells"]
+            "pass/fail, sign-flip permutation otherwise); * marks p < 0.05, without correction across cells",
+            f"errored samples: {ERRORS_RULE}; n counts scored and errored samples"]
 
 
 def markdown(runs: PaperRuns, sections: Sequence[Section], figures_dir: Path, md_path: Path) -> str:
-    lines = [f"# The Differential Transformer paper, reproduced: {', '.join(runs.models)}", ""]
+    lines = [f"# The Differential Transformer paper's evaluations: {', '.join(runs.models)}", ""]
     lines += [f"- {line}" for line in intro(runs)] + [""]
     for number, section in enumerate(sections, 1):
-        lines += [f"## {number}. {section.title}", ""]
+        lines += [f"## {number}. {heading(section)}", ""]
         if section.absent is not None:
             lines += [f"_{section.absent}_", ""]
         else:
@@ -78,10 +86,10 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 
 def page(runs: PaperRuns, sections: Sequence[Section]) -> str:
     esc = html_lib.escape
-    contents = "".join(f'<li><a href="#{esc(s.key)}">{esc(s.title)}</a></li>' for s in sections)
+    contents = "".join(f'<li><a href="#{esc(s.key)}">{esc(heading(s))}</a></li>' for s in sections)
     body = []
     for number, section in enumerate(sections, 1):
-        body.append(f'<h2 id="{esc(section.key)}">{number}. {esc(section.title)}</h2>')
+        body.append(f'<h2 id="{esc(section.key)}">{number}. {esc(heading(section))}</h2>')
         if section.absent is not None:
             body.append(f'<p class="absent">{esc(section.absent)}</p>')
         else:
@@ -102,7 +110,7 @@ def page(runs: PaperRuns, sections: Sequence[Section]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Differential Transformer paper report: {esc(', '.join(runs.models))}</title>",
         f"<style>{STYLE}{EXTRA_STYLE}</style></head><body>",
-        f"<h1>The Differential Transformer paper, reproduced</h1><p>evalsuite {esc(__version__)}, {stamp}</p>",
+        f"<h1>The Differential Transformer paper's evaluations</h1><p>evalsuite {esc(__version__)}, {stamp}</p>",
         "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in intro(runs)) + "</ul>",
         f"<ol>{contents}</ol>", *body, "</body></html>",
     ])

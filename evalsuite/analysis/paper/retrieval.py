@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalsuite.engine.records import RunFolder
+
 from ..compare import Comparison, compare
 from .collect import PaperRuns
-from .measures import Key
+from .measures import Key, estimates
 from .published import Published, published
 from .sections import Cells, Section, absent, beside, cell_table, two_models
 
 TITLES = {
     "needle-4k": "Multi-needle retrieval at 4K",
     "needle-64k": "Needle retrieval up to 64K: depth × length",
-    "attention": "Attention allocation (Table 3)",
+    "attention": "Attention allocation",
 }
+
+
+PAPER_RULE, STRICT = "correct_all_substring", "correct_all"
+RULES_NOTE = (f"the paper's rule ({PAPER_RULE}, beside its numbers): a sample is correct when the digits of every one "
+              f"of its R magic numbers appear in the greedy answer; strict ({STRICT}): the answer gives each queried "
+              "city exactly one number, the needle's (a swapped pair or a list of every number is wrong)")
 
 
 def _by_label(section: str) -> dict[str, Published]:
@@ -32,13 +40,17 @@ def needle_4k(runs: PaperRuns, figures: Path) -> Section:
     def label(cell: Key) -> str:
         return f"N={cell[0]}, R={cell[1]}"
 
-    cells = Cells(keys=("n_needles", "n_queries"), metric="correct_all", label=label,
+    # beside the paper's numbers, the paper's rule (the digits appear in the answer); strict below, named so
+    cells = Cells(keys=("n_needles", "n_queries"), metric=PAPER_RULE, label=label,
                   paper=lambda cell: paper.get(label(cell)))
-    table, readings, _ = cell_table("accuracy over all depths (all R numbers right)", found, cells, "(N, R) settings")
+    table, readings, _ = cell_table(f"accuracy over all depths, the paper's substring rule ({PAPER_RULE})", found,
+                                    cells, "(N, R) settings")
+    strict, _, _ = cell_table(f"the same, strict scoring ({STRICT})",
+                              found, Cells(keys=cells.keys, metric=STRICT, label=label), "(N, R) settings")
     lengths = sorted({int(n) for _, run in found for n in run.read_config()["params"].get("lengths", [])})
-    return Section(key=key, title=TITLES[key], readings=readings, tables=[table], published=published(key),
-                   notes=[f"context length {', '.join(map(str, lengths))} tokens; a sample is correct when every one "
-                          "of its R magic numbers appears in the greedy answer (the needle task's correct_all)"])
+    title = TITLES[key] if lengths == [4096] else f"Multi-needle retrieval at {_tokens(lengths)} (the paper's: 4K)"
+    return Section(key=key, title=title, readings=readings, tables=[table, strict], published=published(key),
+                   notes=[f"context length {', '.join(map(str, lengths))} tokens", RULES_NOTE])
 
 
 def needle_64k(runs: PaperRuns, figures: Path) -> Section:
@@ -55,20 +67,32 @@ def needle_64k(runs: PaperRuns, figures: Path) -> Section:
     def paper_of(cell: Key) -> Published | None:
         return paper["average at 64K"] if cell[0] == 65536 else None
 
-    cells = Cells(keys=("context_length",), metric="correct_all", label=lambda cell: f"{cell[0]} tokens",
+    cells = Cells(keys=("context_length",), metric=PAPER_RULE, label=lambda cell: f"{cell[0]} tokens",
                   paper=paper_of)
-    table, readings, _ = cell_table("accuracy per length, over all depths", found, cells, "lengths")
-    depth_cells = Cells(keys=("context_length", "depth"), metric="correct_all",
+    table, readings, _ = cell_table(f"accuracy per length, over all depths, the paper's substring rule ({PAPER_RULE})",
+                                    found, cells, "lengths")
+    strict, _, _ = cell_table(f"the same, strict scoring ({STRICT})", found,
+                              Cells(keys=cells.keys, metric=STRICT, label=cells.label), "lengths")
+    depth_cells = Cells(keys=("context_length", "depth"), metric=PAPER_RULE,
                         label=lambda cell: f"{cell[0]} tokens, depth {cell[1]:.2f}",
                         paper=lambda cell: paper["25% depth at 64K"] if cell == (65536, 0.25) else None)
-    depth_table, _, _ = cell_table("accuracy per length and depth", found, depth_cells, "cells")
+    depth_table, _, _ = cell_table(f"accuracy per length and depth, the paper's substring rule ({PAPER_RULE})",
+                                   found, depth_cells, "cells")
     comparisons = [compare(found[0][1].path, run.path) for _, run in found[1:]]
     folder = figures / key
     folder.mkdir(parents=True, exist_ok=True)
     drawn = needle_grid(comparisons, folder) if len(comparisons) > 1 else _pair_figures(comparisons[0], folder)
-    notes = [f"the longest length run: {longest} tokens"] + runs.notes.get(key, [])
-    return Section(key=key, title=TITLES[key], readings=readings, tables=[table, depth_table], figures=drawn,
+    notes = [f"the longest length run: {longest} tokens", RULES_NOTE,
+             f"the heatmaps show strict scoring ({STRICT})"] + runs.notes.get(key, [])
+    title = TITLES[key] if longest == 65536 else f"Needle retrieval up to {_tokens([longest])}: depth × length " \
+        "(the paper's: 64K)"
+    return Section(key=key, title=title, readings=readings, tables=[table, strict, depth_table], figures=drawn,
                    published=published(key), notes=notes)
+
+
+def _tokens(lengths: list[int]) -> str:
+    """The lengths a section ran at, for its heading: a 512-token run is not headed "at 4K"."""
+    return ", ".join(f"{n:,}" for n in lengths) + " tokens"
 
 
 def _pair_figures(comparison: Comparison, folder: Path) -> list[Path]:
@@ -93,7 +117,24 @@ def attention(runs: PaperRuns, figures: Path) -> Section:
         table, lines, _ = cell_table(f"attention on the {label}, by answer depth", found, cells, "depths")
         tables.append(table)
         readings += [f"{label}: {line}" for line in lines]
+    notes = ["shares of the attention from the answer positions (BOS and the query excluded), averaged over layers "
+             "and heads; DIFF maps are the differential map normalised by 1 − λ; the paper gives a range over depths, "
+             "shown on every depth's row",
+             "the answer positions are the needle's answer tokens fed teacher-forced after the question (the "
+             "reference answer), where the paper reads the tokens the model generated: a model that answers wrongly "
+             "is still measured on the right answer (docs/attention.md)"] + _negative_noise(found)
     return Section(key=key, title=TITLES[key], readings=readings, tables=tables, published=published(key),
-                   notes=["shares of the attention from the answer positions (BOS and the query excluded), averaged "
-                          "over layers and heads; DIFF maps are the differential map normalised by 1 − λ; the paper "
-                          "gives a range over depths, shown on every depth's row"])
+                   notes=notes)
+
+
+def _negative_noise(found: list[tuple[str, RunFolder]]) -> list[str]:
+    """A negative noise share (a differential map whose λ exceeds 1 takes more than it gives) is flagged:
+    the paper's shares lie in [0, 1], so it cannot stand beside them as a share."""
+    notes = []
+    for model, run in found:
+        below = [f"{cell[0]:.2f}" for cell, e in estimates(run, ("depth",), "noise_share").items() if e.mean < 0]
+        if below:
+            notes.append(f"NEGATIVE noise share for {model} at depth {', '.join(below)}: its λ exceeds 1 in some "
+                         "layer, so its differential map is negative on the context; not a share in [0, 1] like "
+                         "the paper's")
+    return notes

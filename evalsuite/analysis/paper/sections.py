@@ -17,7 +17,7 @@ from evalsuite.engine.records import RunFolder
 
 from .collect import PaperRuns
 from .measures import Estimate, Key, Paired, estimates, paired, reading
-from .published import DIFF, GAIN, TRANSFORMER, Published, published, value_text
+from .published import DIFF, GAIN, TRANSFORMER, Published, published
 
 PAPER_COLUMNS = (TRANSFORMER, DIFF, GAIN)
 
@@ -69,7 +69,7 @@ def beside(item: Published | None, where: Callable[[Key], bool] = lambda cell: T
 def paper_text(item: Published | None, column: str) -> str:
     if item is None or column not in item.values:
         return ""
-    return value_text(item.values[column], item.unit)
+    return item.text(column)
 
 
 class Built(NamedTuple):

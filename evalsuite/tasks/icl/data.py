@@ -10,7 +10,9 @@ readable label names and the prompt's field names):
   `datasets.load_dataset("json"|"csv"|"parquet", data_files=PATH)`. A
   `split` column with `train` and `test` rows chooses the two sets; without
   one, a seeded shuffle holds out min(test_size, rows // 2) rows as the test
-  set and the rest is the demonstration pool.
+  set and the rest is the demonstration pool. A `cluster` column declares
+  which questions share order effects (a topic, a source document); the order
+  statistics then cluster by it instead of by the label (docs/statistics.md).
 
 Texts are collapsed onto one line (a demonstration is exactly two lines).
 Hub labels are mapped to readable strings; local labels are used as written.
@@ -38,6 +40,7 @@ class Example:
     index: int  # row number in its split: keeps sample ids stable
     text: str
     label: str
+    cluster: str | None = None  # a local file's `cluster` column: questions that share order effects
 
 
 @dataclass(frozen=True)
@@ -166,11 +169,12 @@ def load_local(path_text: str, text_field: str, label_field: str, test_size: int
     names = getattr(label_feature, "names", None)
     rows = []
     splits = table["split"] if "split" in table.column_names else [None] * len(table)
-    for text, label, split in zip(table[text_field], table[label_field], splits):
+    clusters = table["cluster"] if "cluster" in table.column_names else [None] * len(table)
+    for text, label, split, cluster in zip(table[text_field], table[label_field], splits, clusters):
         if text is None or label is None or not str(text).strip() or not str(label).strip():
             continue  # an empty cell cannot make a demonstration
         readable = names[label] if names else one_line(label)
-        rows.append((one_line(text), readable, split))
+        rows.append((one_line(text), readable, split, None if cluster is None else one_line(cluster)))
     if not rows:
         raise UserError(f"{path_text} has no rows with both {text_field!r} and {label_field!r} filled in")
     labels = tuple(names) if names else tuple(sorted({r[1] for r in rows}))
@@ -194,24 +198,27 @@ def _is_empty(path: Path) -> bool:
     return not path.read_bytes().strip()
 
 
-def _by_split_column(rows: list[tuple[str, str, Any]], path_text: str) -> tuple[tuple[Example, ...], ...]:
+Row = tuple[str, str, Any, Any]  # text, label, split, cluster (None: not declared)
+
+
+def _by_split_column(rows: list[Row], path_text: str) -> tuple[tuple[Example, ...], ...]:
     parts: dict[str, list[Example]] = {"train": [], "test": []}
-    for text, label, split in rows:
+    for text, label, split, cluster in rows:
         key = str(split).strip().lower()
         if key in parts:
-            parts[key].append(Example(len(parts[key]), text, label))
+            parts[key].append(Example(len(parts[key]), text, label, cluster))
     if not parts["train"] or not parts["test"]:
         raise UserError(f"{path_text}: the split column needs both 'train' and 'test' rows "
                         f"(found {len(parts['train'])} train, {len(parts['test'])} test)")
     return tuple(parts["train"]), tuple(parts["test"])
 
 
-def _held_out(rows: list[tuple[str, str, Any]], test_size: int, seed: int) -> tuple[tuple[Example, ...], ...]:
+def _held_out(rows: list[Row], test_size: int, seed: int) -> tuple[tuple[Example, ...], ...]:
     order = list(range(len(rows)))
     random.Random(f"icl-split-{seed}").shuffle(order)
     held = set(order[: min(test_size, len(rows) // 2)])
-    train = [Example(i, rows[i][0], rows[i][1]) for i in range(len(rows)) if i not in held]
-    test = [Example(i, rows[i][0], rows[i][1]) for i in sorted(held)]
+    train = [Example(i, rows[i][0], rows[i][1], rows[i][3]) for i in range(len(rows)) if i not in held]
+    test = [Example(i, rows[i][0], rows[i][1], rows[i][3]) for i in sorted(held)]
     return tuple(train), tuple(test)
 
 

@@ -142,6 +142,8 @@ class Icl(TaskBase):
     """Many-shot in-context classification: accuracy vs shots, spread over demonstration orders (paper §3.5)."""
 
     name: ClassVar[str] = "icl"
+    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
+    score_version: ClassVar[int] = 1  # bump when scoring changes
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     group_by: ClassVar[tuple[str, ...]] = ("n_shots", "order", "permutation")
     cluster_key: ClassVar[str | None] = "test_index"  # one test question, across shot counts and permutations
@@ -304,6 +306,8 @@ class Icl(TaskBase):
         # the label clusters the order statistics: questions of one class share a permutation's effect
         axes = {"n_shots": n, "order": order, "permutation": permutation, "method": self.method,
                 "test_index": example.index, "label": example.label, "seed": self.seed}
+        if example.cluster is not None:  # declared by the data (a `cluster` column): it clusters them instead
+            axes["cluster"] = example.cluster
         # the label set rides with the sample: scoring maps an answer back to a label
         return Sample(id=sample_id, task=self.name, axes=axes, target=(example.label,),
                       data={"text": example.text, "labels": labels})

@@ -36,7 +36,8 @@ class IclView(TaskView):
 
 
 ROBUSTNESS_COLUMNS = ["order", "n_shots", "permutations", "n", "cluster", "clusters", "spread_a", "spread_b", "diff",
-                      "floor_a", "floor_b", "excess_diff", "low", "high", "p_value", "p_holm", "more_robust"]
+                      "floor_a", "floor_b", "excess_diff", "order_sd_a", "order_sd_b", "var_diff", "low", "high",
+                      "p_value", "p_holm", "more_robust"]
 
 
 def write_robustness(frame_a: pd.DataFrame, frame_b: pd.DataFrame, names: tuple[str, str], alpha: float,
@@ -64,18 +65,23 @@ def robustness_markdown(rows: list[dict[str, Any]], names: tuple[str, str], alph
     def number(value: float | None, sign: str = "") -> str:
         return "n/a" if value is None else f"{value:{sign}.3f}"
 
+    def vnum(value: float | None) -> str:  # variances of accuracy are small: three significant digits
+        return "n/a" if value is None else f"{value:+.3g}"
+
     header = ["order", "shots", f"spread {names[0]}", f"spread {names[1]}", "difference",
-              "noise floors", "excess difference [95% CI]", "p (Holm)", "more robust"]
+              "noise floors", "excess difference", "order sd beyond noise", "order variance difference [95% CI]",
+              "p (Holm)", "more robust"]
     body = []
     for row in rows:
         verdict = {"a": names[0], "b": names[1]}.get(row["more_robust"] or "", "no difference shown")
         if row["p_holm"] is None:
             verdict = "not testable"
         floors = f"{number(row['floor_a'])} / {number(row['floor_b'])}"
-        excess = f"{number(row['excess_diff'], '+')} [{number(row['low'], '+')}, {number(row['high'], '+')}]"
+        variance = f"{vnum(row['var_diff'])} [{vnum(row['low'])}, {vnum(row['high'])}]"
+        sds = f"{number(row['order_sd_a'])} / {number(row['order_sd_b'])}"
         p = "n/a" if row["p_holm"] is None else f"{p_text(row['p_value'])} ({p_text(row['p_holm'])})"
         body.append([row["order"], str(row["n_shots"]), number(row["spread_a"]), number(row["spread_b"]),
-                     number(row["diff"], "+"), floors, excess, p, verdict])
+                     number(row["diff"], "+"), floors, number(row["excess_diff"], "+"), sds, variance, p, verdict])
     clusters = f"{rows[0]['clusters']} clusters of questions by `{rows[0]['cluster']}`" if rows else "no clusters"
     notes = [
         f"# Order robustness: {names[0]} vs {names[1]}", "",
@@ -83,8 +89,11 @@ def robustness_markdown(rows: list[dict[str, Any]], names: tuple[str, str], alph
         "under every order; difference = first minus second",
         "- noise floor: the spread expected if the order did not matter (binomial noise, larger at lower accuracy); "
         "excess = spread minus floor",
-        f"- interval and p: paired bootstrap of the excess difference over {clusters} (9,999 resamples); "
-        f"Holm over the rows tested; a model is more robust when the adjusted p < {alpha}",
+        "- order sd beyond noise: the standard deviation of accuracy over the orders, noise taken out; the order "
+        "variance difference is its square, first minus second",
+        f"- interval and p: bootstrap of the order variance difference resampling the orders (a random sample "
+        f"of the possible orders) and {clusters}, both models alike (9,999 resamples); Holm over the rows tested; "
+        f"a model is more robust when the adjusted p < {alpha}",
         "", "",
     ]
     return "\n".join(notes) + markdown(header, body) + "\n"

@@ -21,12 +21,22 @@ before any): "1234567 2345678 3456789" offers three numbers for one city. A
 query offered several distinct numbers is wrong and marked ambiguous, so a
 list of every needle number is never credited whatever its order.
 
-Numbers are read after NFKC normalisation (fullwidth digits, no-break spaces)
-with digit groups joined: "1,234,567", "1 234 567", "1.234.567", "123-4567"
+Numbers written in order with ordinal labels and no city ("1st: 1234567,
+2nd: 7654321") answer the queried cities by their labels; "1234567 → Rome"
+names the city after the number.
+
+Numbers are read after normalisation: NFKC (fullwidth digits, no-break
+spaces), every decimal digit as its ASCII digit (Arabic-Indic, Devanagari),
+the typographic apostrophe and the Arabic separators as their ASCII
+counterparts, accents dropped so that "Zürich" names Zurich, and five or more
+digit words in a row ("four eight three one nine zero two") as digits. Digit
+groups are joined: "1,234,567", "1 234 567", "1.234.567", "1'234'567",
+"123-4567", the Indian "12,34,567" and digits one by one ("1 2 3 4 5 6 7")
 all read 1234567. A minus sign written against the digits ("-1234567") makes
 a different number, as does a decimal part. A number of fewer than five digits
 is not an answer (a count, a paragraph number): it is ignored. Numbers after
-"not", "rather than" or "instead of" are rejected candidates and ignored too.
+"not", "rather than" or "instead of", or followed by "is not it", "is wrong"
+and the like, are rejected candidates and ignored too.
 """
 
 from __future__ import annotations
@@ -52,6 +62,22 @@ _AFTER_GAP = re.compile(  # a number and the city named after it: "is the magic 
     re.I,
 )
 _POSSESSIVE_GAP = re.compile(r"^\s*(?:,\s*which\s+)?(?:is|was)\s+$", re.I)  # "7654321 is Rome's"
+_ARROW_GAP = re.compile(r"^\s*(?:\u2192|->|=>|\u21d2)\s*$")  # "7654321 → Rome": the arrow points at the city
+# a number the output itself rejects after writing it: "7209415 is not it; the answer is 4831902"
+_REJECTED_AFTER = re.compile(
+    r"^\s*(?:(?:is|was)\s*(?:not|n't)\s+(?:it|right|correct|the\s+(?:right\s+|correct\s+)?(?:answer|one))\b"
+    r"|(?:is|was)\s+(?:wrong|incorrect)\b)", re.I)
+# the label of an answer given by position: "1st: 1234567", "second one = 7654321"
+_ORDINAL_LABEL = re.compile(
+    r"(?:\b(?P<digit>[1-9])(?:st|nd|rd|th)|\b(?P<word>first|second|third|fourth|fifth|sixth))\b"
+    r"(?:\s+(?:one|city|query|question|number|answer))?\s*(?:[:=)\-\u2013\u2192]|\bis)?\s*$", re.I)
+_ORDINAL_WORDS = ("first", "second", "third", "fourth", "fifth", "sixth")
+_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+# five or more digit words in a row write a number digit by digit; fewer are counts ("one or two")
+_WORD = "(?:" + "|".join(_DIGIT_WORDS) + ")"
+_SPELLED = re.compile(rf"\b{_WORD}(?:[\s,-]+{_WORD}){{{MIN_DIGITS - 1},}}\b", re.I)
+# separators NFKC leaves alone: the typographic apostrophe (Swiss grouping), the Arabic thousands and decimal signs
+_SEPARATORS = str.maketrans({"\u2019": "'", "\u066c": ",", "\u066b": "."})
 
 
 @dataclass(frozen=True)
@@ -74,16 +100,30 @@ class Grade:
 
 
 def normalise(text: str) -> str:
-    """NFKC (fullwidth digits, no-break and thin spaces become plain ones)."""
-    return unicodedata.normalize("NFKC", text)
+    """NFKC (fullwidth digits, no-break and thin spaces become plain ones), every decimal digit
+    as ASCII, ASCII separators, accents dropped and spelled-out digit runs as digits."""
+    text = unicodedata.normalize("NFKC", text).translate(_SEPARATORS)
+    text = "".join(str(unicodedata.decimal(c)) if not c.isascii() and c.isdecimal() else c for c in text)
+    # the city list is written without accents; a model writing "Zürich" names the same city
+    bare = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    text = unicodedata.normalize("NFC", bare)
+    return _SPELLED.sub(_spelled_digits, text)
+
+
+def _spelled_digits(match: re.Match[str]) -> str:
+    return "".join(str(_DIGIT_WORDS.index(w.lower())) for w in re.findall(r"[a-z]+", match.group(0), re.I))
 
 
 def _grouped(runs: list[str], separator: str) -> bool:
     """Do digit runs joined by `separator` write one number? Thousands groups (1,234,567;
-    1 234 567; 1.234.567; 1'234'567) or short groups (123-4567, 12 34 567)."""
+    1 234 567; 1.234.567; 1'234'567), Indian groups (12,34,567), short groups (123-4567,
+    12 34 567) or digits one by one (1 2 3 4 5 6 7)."""
     thousands = 1 <= len(runs[0]) <= 3 and all(len(r) == 3 for r in runs[1:]) and separator != "-"
+    indian = (separator == "," and len(runs) >= 3 and 1 <= len(runs[0]) <= 2
+              and all(len(r) == 2 for r in runs[1:-1]) and len(runs[-1]) == 3)
     short = separator in " -" and all(2 <= len(r) <= 4 for r in runs)
-    return thousands or short
+    one_by_one = separator in " -" and len(runs) >= MIN_DIGITS and all(len(r) == 1 for r in runs)
+    return thousands or indian or short or one_by_one
 
 
 def numbers(text: str) -> list[Item]:
@@ -116,7 +156,8 @@ def _signed(text: str, start: int, end: int, digits: str) -> Item:
 def items(text: str, cities: Sequence[str]) -> list[Item]:
     """Answer-sized numbers (not negated) and city names, in the order written."""
     kept = [n for n in numbers(text)
-            if len(n.value.lstrip("-").split(".")[0]) >= MIN_DIGITS and not _NEGATED.search(text[: n.start])]
+            if len(n.value.lstrip("-").split(".")[0]) >= MIN_DIGITS and not _NEGATED.search(text[: n.start])
+            and not _REJECTED_AFTER.match(text[n.end:])]
     pattern = re.compile(r"\b(" + "|".join(re.escape(c) for c in sorted(set(cities), key=len, reverse=True))
                          + r")\b", re.I)
     canonical = {c.lower(): c for c in cities}
@@ -168,7 +209,7 @@ def _adjacent(text: str, found: list[Item], placed: dict[int, str], taken: set[i
         if item.kind != "number" or i in placed or i + 1 >= len(found) or found[i + 1].kind != "city":
             continue
         gap, rest = text[item.end:found[i + 1].start], text[found[i + 1].end:found[i + 1].end + 2]
-        if _AFTER_GAP.match(gap) or (_POSSESSIVE_GAP.match(gap) and rest in ("'s", "\u2019s")):
+        if _AFTER_GAP.match(gap) or _ARROW_GAP.match(gap) or (_POSSESSIVE_GAP.match(gap) and rest == "'s"):
             placed[i] = found[i + 1].value
             taken.add(i + 1)  # a city that names the number before it is not also the next one's
     for i, item in enumerate(found):
@@ -191,6 +232,8 @@ def attribute(output: str, queried: Sequence[str], cities: Sequence[str]) -> lis
         taken.update(used)
     _adjacent(text, found, placed, taken)
     nums = [i for i, item in enumerate(found) if item.kind == "number"]
+    if not placed:
+        placed = _by_ordinal(text, found, nums, queried)
     if not placed and _bare_list(text, found, nums, len(queried)):
         placed = dict(zip(nums, queried))  # exactly R answers and no city: the question's order
     current, pairs = queried[0], []
@@ -205,6 +248,23 @@ def _bare_list(text: str, found: list[Item], nums: list[int], queries: int) -> b
     punctuation and "and" between them ("1234567 or 2345678" is two answers for one city)."""
     return (2 <= len(nums) == queries and not any(item.kind == "city" for item in found)
             and all(_BARE_GAP.match(text[found[a].end:found[b].start]) for a, b in zip(nums, nums[1:])))
+
+
+def _by_ordinal(text: str, found: list[Item], nums: list[int], queried: Sequence[str]) -> dict[int, str]:
+    """Exactly R (at least two) numbers, no city named, each labelled by a distinct position
+    1..R ("1st: 1234567, 2nd: 7654321"): each answers the queried city of its label."""
+    if not 2 <= len(nums) == len(queried) or any(item.kind == "city" for item in found):
+        return {}
+    positions = []
+    for k, i in enumerate(nums):
+        label = _ORDINAL_LABEL.search(text[found[nums[k - 1]].end if k else 0:found[i].start])
+        if label is None:
+            return {}
+        word = label.group("word")
+        positions.append(_ORDINAL_WORDS.index(word.lower()) if word else int(label.group("digit")) - 1)
+    if sorted(positions) != list(range(len(queried))):
+        return {}
+    return {i: queried[p] for i, p in zip(nums, positions)}
 
 
 def grade(output: str, queried: Sequence[str], targets: Sequence[str], cities: Sequence[str]) -> Grade:

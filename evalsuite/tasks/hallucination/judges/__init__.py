@@ -5,7 +5,8 @@ question, for QA) and answers with its reasoning followed by one explicit line,
 "Conclusion: True" or "Conclusion: False" (the Lookback Lens protocol the
 Differential Transformer paper cites for §3.6). Only a bare True or False after
 the response's last `Conclusion:` is read; anything else ("Not True", "partially
-true", a note about a conclusion after the verdict) is "unparseable": it is not
+true", a note about a conclusion after the verdict, a verdict taken back after it:
+"Conclusion: True ... Actually no. False.") is "unparseable": it is not
 True, and it is counted on its own.
 
 Judges, chosen by a spec string:

@@ -108,14 +108,24 @@ _LABELLED = re.compile(
     rf"conclusion{_EMPHASIS}[ \t]*:{_EMPHASIS}\s*{_EMPHASIS}(true|false){_EMPHASIS}[.!]?[ \t\r]*(?:\n|$)", re.IGNORECASE)
 
 
+# After the verdict's line, words that take a verdict back or give another one ("Conclusion:
+# True ... Actually no. False."): the response contradicts its own conclusion, so it has none.
+_REVERSAL = re.compile(
+    r"\b(?:true|false|actually|wait|on (?:second|further) thought|on reflection|correction|scratch that"
+    r"|i was wrong|my mistake|i made a mistake|reconsider\w*|revis\w+)\b|\bno\b\s*[.,!;:]", re.IGNORECASE)
+
+
 def parse_verdict(text: str) -> bool | None:
     """True/False when the response's last mention of a conclusion is the label `Conclusion:`
-    followed by a bare True or False; None (unparseable) for anything else."""
+    followed by a bare True or False, and nothing after it takes the verdict back or gives
+    another; None (unparseable) for anything else."""
     mentions = list(_MENTION.finditer(text))
     if not mentions:
         return None
     label = _LABELLED.match(text, mentions[-1].start())
-    return None if label is None else label.group(1).lower() == "true"
+    if label is None or _REVERSAL.search(text, label.end()):
+        return None
+    return label.group(1).lower() == "true"
 
 
 def verdict_from_text(item_id: str, judge: str, text: str, **extra: Any) -> Verdict:
