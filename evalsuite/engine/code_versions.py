@@ -18,7 +18,7 @@ from typing import Any
 
 from evalsuite import compat
 from evalsuite.errors import UserError
-from evalsuite.types import RequestKind, Sample, output_from_json
+from evalsuite.types import LOGLIKELIHOOD_KEYS, RequestKind, Sample, output_from_json
 from evalsuite.version import __version__
 
 from .records import Record, RunFolder, open_run, write_json_atomic
@@ -125,7 +125,7 @@ def _stored_kind(raw: Any) -> RequestKind:
     """The request kind a stored output answered, from its shape (types.py's table)."""
     if isinstance(raw, str):
         return "generation"
-    if isinstance(raw, Mapping) and {"logprob", "is_greedy", "tokens"} <= raw.keys():
+    if isinstance(raw, Mapping) and LOGLIKELIHOOD_KEYS <= raw.keys():
         return "loglikelihood"
     return "probe"
 
@@ -137,7 +137,8 @@ def _rescored(task: Any, sample: Sample, record: Record) -> Record:
     try:
         return replace(record, scores=dict(task.score(sample, outputs)), error=None)
     except Exception as exc:  # as when the run scored it first: recorded on the sample, the run goes on
-        return replace(record, scores={}, error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return replace(record, scores={}, error=f"{type(exc).__name__}: {first}".rstrip(": "))
 
 
 def rescore_outdated(task: Any, run: RunFolder, samples: Sequence[Sample]) -> str | None:
