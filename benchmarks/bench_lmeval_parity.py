@@ -31,11 +31,11 @@ import torch
 from lm_eval.models.huggingface import HFLM
 
 from evalsuite.backends.hf import HFModel
-from evalsuite.engine.records import RunFolder
 from evalsuite.engine.runner import RunOptions, run_task
 from evalsuite.integrations.lmeval import EvalsuiteLM
 from evalsuite.models.toy import ToySize, build_tokenizer, save_random_model
-from evalsuite.tasks.haystack import builtin_sentences
+from evalsuite.runs.records import RunFolder
+from evalsuite.tasks.kit.filler import builtin_sentences
 from evalsuite.tasks.zeroshot.task import ZeroShot, load_benchmark, task_manager
 
 BENCHMARKS = ("hellaswag", "winogrande")

@@ -48,7 +48,7 @@ TEMPLATES = ("Where is {}?", "Who {}?", "How many {}?", "What is {}?", "Why {}?"
 
 def write_dataset(path: Path, rows: int, seed: int = 0) -> Path:
     """A trec-shaped jsonl: questions of filler words, six classes."""
-    from evalsuite.tasks.haystack import builtin_sentences
+    from evalsuite.tasks.kit.filler import builtin_sentences
 
     rng = random.Random(seed)
     sentences = builtin_sentences(rng)

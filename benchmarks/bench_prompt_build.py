@@ -9,22 +9,21 @@ For every sample of a needle plan (one needle, depths 0, 0.5 and 1), the time of
 the time of one `count_tokens` of the finished prompt, through the hf backend's token rules
 over the model's own tokenizer (no weights are loaded). The table gives, per length, the
 median of the per-sample ratios and the median times. `--exact` builds with
-`haystack.fit_at_depth`, which tokenizes every candidate prompt whole, for comparison.
+`kit.depth.fit_at_depth`, which tokenizes every candidate prompt whole, for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from evalsuite.backends.common.tokens import TokenizerAdapter
 from evalsuite.backends.server.tokens import load_tokenizer
-from evalsuite.tasks import haystack_ledger
-from evalsuite.tasks.haystack import fit_at_depth
+from evalsuite.tasks.kit import prompt as kit_prompt
+from evalsuite.tasks.kit.depth import fit_at_depth
 from evalsuite.tasks.needle.task import Needle
 
 
@@ -61,8 +60,7 @@ def main() -> None:
     parser.add_argument("--exact", action="store_true", help="build with fit_at_depth (every candidate counted)")
     args = parser.parse_args()
     if args.exact:
-        haystack_ledger.place_at_depth = exact_builder  # type: ignore[assignment]
-        sys.modules["evalsuite.tasks.needle.task"].place_at_depth = exact_builder  # type: ignore[attr-defined]
+        kit_prompt.place_at_depth = exact_builder  # type: ignore[assignment]
     model = TokenizerAdapter(load_tokenizer(args.tokenizer), chat_template=not args.no_chat_template)
     builder = "fit_at_depth (exact)" if args.exact else "place_at_depth"
     print(f"tokenizer {Path(args.tokenizer).name}, chat template {model.chat_template}, builder {builder}")

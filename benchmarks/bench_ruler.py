@@ -88,12 +88,12 @@ def offline_env(work: Path) -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false"}
 
 
-def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+def timed(command: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process and its children): on a shared machine the
     CPU time moves less with other work than the wall time does."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:

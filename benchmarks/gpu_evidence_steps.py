@@ -156,8 +156,8 @@ def paper_suite(ctx: Context, rows: list[dict]) -> None:
     attention's growth with length is left out, so at 64K it is a floor)."""
     from evalsuite.engine.plan_cost import Calibration, plan_cost
     from evalsuite.engine.runner import RunOptions, check_task, planned_samples, run_task
-    from evalsuite.engine.suite_scales import SuiteSettings, clipped
-    from evalsuite.engine.suites import check_needs, load_suite
+    from evalsuite.engine.suite_run import check_needs, clipped
+    from evalsuite.engine.suites import SuiteSettings, load_suite
 
     scales = {name: check_needs(load_suite("diff-paper", settings=SuiteSettings(scale=name)))
               for name in ("tiny", "quick")}

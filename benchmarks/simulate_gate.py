@@ -29,7 +29,7 @@ import argparse
 
 import numpy as np
 
-from evalsuite.analysis.check import Measured, decide
+from evalsuite.analysis.gate import Measured, decide
 from evalsuite.analysis.stats import bound_test, cochran_q, detectable_drop, holm_steps, mcnemar_exact
 
 ALPHA = 0.05

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from evalsuite.engine.records import Record
+from evalsuite.runs.records import Record
 
-from .auto_classes import install as _install_auto_classes
 from .contracts import (
     CAPABILITIES,
     ContractError,
@@ -20,10 +19,10 @@ from .contracts import (
     RunStep,
     Task,
     TaskBase,
-    TaskOption,
     TaskView,
 )
 from .errors import UserError
+from .modeling.auto_classes import install as _install_auto_classes
 from .registry import register_backend, register_model, register_task
 from .types import GenerationRequest, Loglikelihood, LoglikelihoodRequest, Sample
 from .version import __version__
@@ -34,7 +33,7 @@ _install_auto_classes()
 
 if TYPE_CHECKING:
     from .api import Results, check, compare, load, report, run, run_suite, score
-    from .models.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
+    from .modeling.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
 
 # run, load, ...: the API's functions, imported when first asked for, so `import evalsuite` stays light
 API = ("Results", "check", "compare", "load", "report", "run", "run_suite", "score")
@@ -43,7 +42,7 @@ MODEL_CLASSES = ("DiffLlamaV2Config", "DiffLlamaV2ForCausalLM")
 
 __all__ = [
     "CAPABILITIES", "ContractError", "GenerationRequest", "Loglikelihood", "LoglikelihoodRequest", "ModelAdapter",
-    "ProbeRequest", "Record", "RunStep", "Sample", "Task", "TaskBase", "TaskOption", "TaskView", "UserError",
+    "ProbeRequest", "Record", "RunStep", "Sample", "Task", "TaskBase", "TaskView", "UserError",
     "register_backend", "register_model", "register_task", "__version__",
     "Results", "check", "compare", "load", "report", "run", "run_suite", "score",
     "DiffLlamaV2Config", "DiffLlamaV2ForCausalLM",
@@ -56,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name in MODEL_CLASSES:
-        from .models import diffllama_v2
+        from .modeling import diffllama_v2
 
         return getattr(diffllama_v2, name)
     raise AttributeError(f"module 'evalsuite' has no attribute {name!r}")

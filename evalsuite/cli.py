@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from . import api
 from .errors import UserError
@@ -25,6 +24,8 @@ OPTION_HELP = {
     "task": "Task to run (see `evalsuite list`).",
     "T": "Task parameter key=value, repeatable (e.g. -T lengths=1024,2048 -T preset=paper-4k).",
     "M": "Model/backend option key=value, repeatable (e.g. -M dtype=bfloat16 -M chat_template=true).",
+    "J": "Run-step option key=value, repeatable: a task's step over the saved outputs, such as the hallucination "
+         "task's judge (e.g. -J judge=lexical -J judge_concurrency=8; each also has its flag, --judge ...).",
 }
 
 
@@ -60,25 +61,27 @@ def out_folder(ctx: click.Context, param: click.Parameter, value: str) -> Path:
 
 
 class WithStepOptions(click.Command):
-    """A command that also takes the run-step options the registered tasks declare (`TaskOption`s).
-    They are added when the command parses its arguments or shows its help, so that other
+    """A command that takes run-step options: `-J key=value`, and the flag the registered tasks name
+    for each of theirs (`--judge J` is `-J judge=J`). The flags are plain text, parsed with -J's
+    values; they are added when the command parses its arguments or shows its help, so that other
     commands never load the tasks."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        if not getattr(self, "_step_options_added", False):
-            self._step_options_added = True
+        if not getattr(self, "_step_flags_added", False):
+            self._step_flags_added = True
             taken = {name for param in self.params for name in (param.name, *param.opts)}
-            for flag, (option, _) in api.step_options().items():
-                if flag not in taken and option.key not in taken:
-                    self.params.append(click.Option([flag, option.key], **option.settings))
+            for flag in api.step_flags():
+                if flag.flag not in taken and flag.key not in taken:
+                    self.params.append(click.Option([flag.flag, flag.key], default=None, multiple=flag.repeatable,
+                                                    metavar="KEY=VALUE" if flag.repeatable else "VALUE", help=flag.help))
         return super().get_params(ctx)
 
 
-def given_step_options(values: dict[str, Any]) -> dict[str, Any]:
-    """The run-step option values the user gave (not those left at their defaults)."""
-    ctx = click.get_current_context()
-    return {key: value for key, value in values.items()
-            if ctx.get_parameter_source(key) not in (ParameterSource.DEFAULT, None)}
+def step_values(pairs: tuple[str, ...], flagged: dict[str, Any]) -> dict[str, str]:
+    """The run-step options given: -J pairs, and the flags given (a repeatable one's values joined)."""
+    given = {key: ",".join(value) if isinstance(value, tuple) else value for key, value in flagged.items()
+             if value is not None and value != ()}
+    return {**given, **split_pairs(pairs, "-J")}
 
 
 @cli.command(cls=WithStepOptions)
@@ -95,6 +98,7 @@ def given_step_options(values: dict[str, Any]) -> dict[str, Any]:
               help="Folder of local data files that the suite names with {data_dir} (see docs/paper-suite.md).")
 @click.option("-T", "task_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["T"])
 @click.option("-M", "model_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["M"])
+@click.option("-J", "step_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["J"])
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Evaluate only the first N samples of the plan (smoke tests).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
@@ -117,25 +121,25 @@ def given_step_options(values: dict[str, Any]) -> dict[str, Any]:
               help="Print the plan (samples, prompt and new tokens) and a time estimate measured on the loaded model; "
               "run and write nothing.")
 def run(models: tuple[str, ...], baseline: str | None, task: str | None, suite: str | None, scale: str | None,
-        data_dir: Path | None, task_options: tuple[str, ...], model_options: tuple[str, ...], limit: int | None,
+        data_dir: Path | None, task_options: tuple[str, ...], model_options: tuple[str, ...],
+        step_options: tuple[str, ...], limit: int | None,
         batch_size: int, device: str, seed: int | None, out: Path,
         log_prompts: bool, no_progress: bool, no_prefix_cache: bool, checkpoint_step: int | None,
-        log_to: tuple[str, ...], dry_run: bool, **step_values: Any) -> None:
+        log_to: tuple[str, ...], dry_run: bool, **step_flags: Any) -> None:
     """Run a task (or a suite of tasks) on one or more models; the same command resumes an interrupted run."""
     # one batch per append (the API's chunk): a killed run loses at most the batch in flight
     common: dict[str, Any] = dict(out=out, limit=limit, device=device, batch_size=batch_size, seed=seed,
                                   log_prompts=log_prompts, progress=not no_progress, checkpoint_step=checkpoint_step)
     common["baseline"] = baseline  # two or more models: each compared with it (engine/multi.py)
     backend_options = split_pairs(model_options, "-M")
-    if no_prefix_cache:  # an -M option, so that -M prefix_cache=false works too; never part of the run hash
-        backend_options["prefix_cache"] = "false"
-    step = given_step_options(step_values)
+    step = step_values(step_options, step_flags)
     if dry_run:  # the run-step options too: a suite's judged entries are planned when --judge is given
         click.echo(api.dry_run(task, models, suite=suite, limit=limit, device=device, batch_size=batch_size, seed=seed,
                                model_options=backend_options, params=split_pairs(task_options, "-T"), scale=scale,
                                data_dir=data_dir, step=step))
         return
     common["log_to"] = log_to  # each finished run folder is sent to these trackers
+    common["prefix_cache"] = not no_prefix_cache  # adapters that reuse shared prefixes; never part of the run hash
     if suite is not None or task is None:  # run-step options apply to the entries whose task declares them
         _run_suite(suite, task, task_options, models, backend_options, {**common, "step": step, "scale": scale,
                                                                           "data_dir": data_dir})
@@ -248,8 +252,8 @@ def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
 @click.option("--baseline", type=click.Path(path_type=Path), default=None,
               help="Run folder, suite result or exported baseline file to check against.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]VALUE",
-              help="Tolerated drop, in the metric's own units (0.02 = two points of accuracy; default 0.02): a bare "
-              "number for every metric, METRIC=VALUE for one (repeatable).")
+              help="Tolerated drop, in the metric's own units (0.02 = two points of accuracy; default "
+              f"{api.DEFAULT_MAX_DROP:g}): a bare number for every metric, METRIC=VALUE for one (repeatable).")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Also gate this metric, per cell like the task's primary one (repeatable); others are reported.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
@@ -293,11 +297,13 @@ def check_cmd(candidate: Path, baseline: Path | None, max_drop: tuple[str, ...],
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Batch of the step's model (an hf judge).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: bool, **step_values: Any) -> None:
+@click.option("-J", "step_options", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP["J"])
+def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: bool, step_options: tuple[str, ...],
+          **step_flags: Any) -> None:
     """Judge the saved outputs of finished runs (again) without loading the evaluated model: a task's
     run step, such as --judge J, whose verdicts go to RUN/judgements/<judge>.jsonl beside earlier
     judges'; a rerun judges only what has no verdict."""
-    scored = api.score(runs, given_step_options(step_values), device=device, batch_size=batch_size,
+    scored = api.score(runs, step_values(step_options, step_flags), device=device, batch_size=batch_size,
                        progress=not no_progress, on_run=lambda path, line: click.echo(f"{path}: {line}"))
     click.echo(scored.table)
 
@@ -308,19 +314,7 @@ def score(runs: tuple[Path, ...], device: str, batch_size: int, no_progress: boo
 def lm_eval_cmd(args: tuple[str, ...]) -> None:
     """lm-eval's own command line with evalsuite's model registered: every argument goes to
     lm-eval unchanged (e.g. --model evalsuite --model_args model=toy-diff --tasks hellaswag)."""
-    try:
-        import lm_eval.__main__ as lm_eval_main
-    except ImportError:
-        raise UserError('evalsuite lm-eval needs lm-eval: pip install "evalsuite[lmeval]"') from None
-    import evalsuite.integrations.lmeval  # noqa: F401  (registers the "evalsuite" model name)
-
-    # lm-eval's own default device is cuda:0; evalsuite's model picks the machine's device unless told
-    device = [] if any(a == "--device" or a.startswith("--device=") for a in args) else ["--device", "auto"]
-    argv, sys.argv = sys.argv, ["lm_eval", *args, *device]
-    try:
-        lm_eval_main.cli_evaluate()
-    finally:
-        sys.argv = argv
+    api.lm_eval(args)
 
 
 def _add_commands() -> None:

@@ -120,6 +120,15 @@ def build_params(cls: type, raw: Mapping[str, str], flag: str = "-T") -> Any:
         raise UserError(str(exc)) from None
 
 
+def option_text(value: Any) -> str:
+    """A Python value as the `key=value` text the command line would give (the API's keywords)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def to_jsonable(params: Any) -> dict[str, Any]:
     """A task's parameters as plain JSON (tuples become lists). A parameter the task lists in
     `quiet_defaults` (added after runs were recorded) is left out while at the value that keeps

@@ -19,19 +19,17 @@ like this.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from evalsuite.engine.records import declare_fields
+from evalsuite.runs.records import declare_fields
 
 from .contracts import ContractError, validate_task
 from .errors import UserError, unknown
 
 if TYPE_CHECKING:
-    from evalsuite.engine.records import Record, RunFolder
-
     from .contracts import ModelAdapter
 
 GROUPS = ("evalsuite.tasks", "evalsuite.backends", "evalsuite.models")
@@ -165,56 +163,16 @@ def describe() -> dict[str, Any]:
     }
 
 
-def task_for_run(run: RunFolder) -> Any:
-    """The task object a run was made with (from its config), for its axes, hooks and view."""
-    from evalsuite.params import build_params
-
-    config = run.read_config()
-    cls = get_task(config["task"])
-    raw = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config["params"].items()}
-    return build_params(cls, raw)
-
-
-def installed_task(run: RunFolder) -> Any | None:
-    """`task_for_run`, or None when the run's task cannot be made here (its module is not
-    installed, or its parameters are not this version's): analysis then reads the records alone."""
-    try:
-        return task_for_run(run)
-    except UserError:
-        return None
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What a comparison needs to know about a task."""
-
-    group_by: tuple[str, ...]
-    metrics: tuple[str, ...]
-    lower_is_better: tuple[str, ...] = ()  # metrics where a drop is an improvement
-    cluster_key: str | None = None  # the axis that groups dependent samples (one source item)
-    gating_axes: tuple[str, ...] = ()  # `check` gates each cell of these axes (and all samples pooled)
-    primary_metric: str | None = None  # what `check` gates by default (None: every metric, pooled)
-
-
-def task_spec(task: str, records: Sequence[Record] = ()) -> TaskSpec:
-    """The task's declared axes and metrics; inferred from the records when the
-    task's module is not installed here (a plugin task, an older run)."""
+def installed_task_class(name: str) -> type[Any] | None:
+    """The task class registered under `name`, or None when no installed package offers it."""
     load_all()
-    cls = TASKS.get(task)
-    if cls is not None:
-        return TaskSpec(tuple(cls.group_by), tuple(cls.metrics), tuple(cls.lower_is_better), cls.cluster_key,
-                        tuple(cls.group_by if cls.gating_axes is None else cls.gating_axes),
-                        cls.primary_metric or cls.metrics[0])
-    axes = sorted({k for r in records for k in r.axes})
-    metrics = sorted({k for r in records for k, v in r.scores.items() if isinstance(v, (bool, int, float))})
-    return TaskSpec(tuple(axes), tuple(metrics))
+    return TASKS.get(name)
 
 
-def _declared_fields(task: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def declared_fields(task: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """An installed task's axes and metrics, which its records must fit (None: not installed here)."""
-    load_all()
-    cls = TASKS.get(task)
+    cls = installed_task_class(task)
     return None if cls is None else (tuple(cls.group_by), tuple(cls.metrics))
 
 
-declare_fields(_declared_fields)  # every reader of records, resume included, checks them against their task
+declare_fields(declared_fields)  # every reader of records, resume included, checks them against their task

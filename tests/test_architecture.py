@@ -1,11 +1,12 @@
-"""The package's shape, read from its source: no import cycle, no module over 400 lines, an
-analysis layer that loads without torch and knows only the run-folder format of the engine, and a
-core that calls a task's hooks without asking which ones it has."""
+"""The package's shape, read from its source: layers that every import goes down, no import cycle,
+no module over 400 lines, an analysis layer that loads without torch, and a core that calls a
+task's hooks without asking which ones it has."""
 
 from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,10 +18,26 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "evalsuite"
 MAX_LINES = 400
-# what analysis may know of the engine: the run-folder format and the identity of a run
-ENGINE_FOR_ANALYSIS = {"evalsuite.engine.records", "evalsuite.engine.identity"}
+# The layers, top to bottom. A module imports from its own layer and the layers below it, never from
+# one above: an import inside a function or under TYPE_CHECKING counts too. ARCHITECTURE.md says what
+# each layer holds and why it stands where it does. A module is in the layer of the longest name here
+# that it starts with ("evalsuite" alone: the package's own __init__, the public API's face).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cli", ("evalsuite.__main__", "evalsuite.cli", "evalsuite.commands")),
+    ("api", ("evalsuite.api", "evalsuite")),
+    ("reports, viewer, integrations", ("evalsuite.paper", "evalsuite.viewer", "evalsuite.integrations")),
+    ("engine", ("evalsuite.engine", "evalsuite.suites")),
+    ("models", ("evalsuite.models",)),
+    ("tasks", ("evalsuite.tasks",)),
+    ("analysis", ("evalsuite.analysis",)),
+    ("backends", ("evalsuite.backends",)),
+    ("modeling", ("evalsuite.modeling",)),
+    ("contracts", ("evalsuite.contracts", "evalsuite.registry", "evalsuite.params")),
+    ("runs", ("evalsuite.runs",)),
+    ("core", ("evalsuite.types", "evalsuite.errors", "evalsuite.version")),
+)
 # the core: code that runs every task, and so must treat them all alike
-CORE = ("engine", "analysis", "cli.py", "api.py")
+CORE = ("engine", "analysis", "runs", "cli.py", "api.py")
 # the task contract's classes, and the hook protocols of the earlier contract: asking whether a task is
 # one of them is asking which hooks it has
 HOOK_TYPES = {"Task", "TaskBase", "TaskView", "RunStep", "Checked", "NeedsCapabilities", "ModelSettings",
@@ -29,15 +46,15 @@ HOOK_TYPES = {"Task", "TaskBase", "TaskView", "RunStep", "Checked", "NeedsCapabi
 BUILTIN_TYPES = {"str", "int", "float", "bool", "bytes", "dict", "list", "tuple", "set", "frozenset", "type"}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @cache
-def modules() -> dict[str, Path]:
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
     """Every module of the package, by dotted name."""
-    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    return {module_name(path, package): path for path in sorted(package.rglob("*.py"))}
 
 
 def import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -48,38 +65,61 @@ def import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
             yield node
 
 
-def deepest_module(dotted: str) -> str | None:
+def deepest_module(dotted: str, package: Path = PACKAGE) -> str | None:
     """`dotted` or its longest prefix that is a module of the package (None: outside it)."""
     parts = dotted.split(".")
     for end in range(len(parts), 0, -1):
-        if ".".join(parts[:end]) in modules():
+        if ".".join(parts[:end]) in modules(package):
             return ".".join(parts[:end])
     return None
 
 
-def imported(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+def imported(name: str, node: ast.Import | ast.ImportFrom, package: Path = PACKAGE) -> set[str]:
     """The package's modules that one import statement of module `name` loads by name."""
     if isinstance(node, ast.Import):
-        found = {deepest_module(alias.name) for alias in node.names}
+        found = {deepest_module(alias.name, package) for alias in node.names}
         return {module for module in found if module}
     base = node.module or ""
     if node.level:
-        package = name if modules()[name].name == "__init__.py" else name.rpartition(".")[0]
-        anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        here = name if modules(package)[name].name == "__init__.py" else name.rpartition(".")[0]
+        anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
         base = ".".join([*anchor, *([base] if base else [])])
     # `from package import name`: the submodule `name` where there is one, else the package itself
-    found = {deepest_module(f"{base}.{alias.name}" if base else alias.name) for alias in node.names}
+    found = {deepest_module(f"{base}.{alias.name}" if base else alias.name, package) for alias in node.names}
     return {module for module in found if module}
 
 
 @cache
-def import_graph() -> dict[str, set[str]]:
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """module -> the package's modules it imports (itself left out)."""
     graph = {}
-    for name, path in modules().items():
+    for name, path in modules(package).items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        graph[name] = set().union(*(imported(name, node) for node in import_nodes(tree))) - {name}
+        graph[name] = set().union(*(imported(name, node, package) for node in import_nodes(tree))) - {name}
     return graph
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS (0: the top) of the layer a module belongs to; None: in none."""
+    best: tuple[int, int] | None = None  # (length of the matching name, layer index)
+    for index, (_, names) in enumerate(LAYERS):
+        for prefix in names:
+            matches = module == prefix or (prefix != "evalsuite" and module.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return best[1] if best else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up the layers, as 'module (layer) -> module (layer)'."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        here = layer_of(name)
+        for target in sorted(targets):
+            there = layer_of(target)
+            if here is not None and there is not None and there < here:
+                found.append(f"{name} ({LAYERS[here][0]}) -> {target} ({LAYERS[there][0]})")
+    return found
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -148,6 +188,41 @@ def test_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+def test_every_module_is_in_a_layer():
+    unplaced = sorted(name for name in modules() if layer_of(name) is None)
+    assert not unplaced, f"modules in no layer (add them to LAYERS): {unplaced}"
+
+
+def test_every_import_goes_down_the_layers():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports that go up the layers:\n" + "\n".join(upward)
+
+
+def test_the_layer_test_sees_an_upward_import_added_to_a_copy(tmp_path):
+    """The check fails when it should: the run-folder format made to import the engine, inside a function."""
+    copy = tmp_path / "evalsuite"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert not upward_imports(import_graph(copy))  # the copy as it is: nothing goes up
+    records = copy / "runs" / "records.py"
+    records.write_text(records.read_text() + "\n\ndef _late():\n    from evalsuite.engine import runner  # noqa\n")
+    upward = upward_imports(import_graph.__wrapped__(copy))  # read afresh, not the graph cached above
+    assert upward == ["evalsuite.runs.records (runs) -> evalsuite.engine.runner (engine)"]
+
+
+def test_no_contract_imports_the_command_line():
+    """What tasks and backends are written against (and what it rests on) holds no click type: run-step
+    options are typed values parsed like -T, and the command line makes its flags from them."""
+    below = {index for index, (name, _) in enumerate(LAYERS) if name in ("contracts", "runs", "core")}
+    found = []
+    for name, path in modules().items():
+        if layer_of(name) not in below:
+            continue
+        for node in import_nodes(ast.parse(path.read_text(), filename=str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"{name}: {n}" for n in names if n.partition(".")[0] == "click"]
+    assert not found, found
+
+
 def test_the_cycle_finder_names_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     (component,) = strongly_connected(graph)
@@ -183,14 +258,6 @@ def test_analysis_imports_without_torch(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "evalsuite.analysis.frame" in done.stdout.split()
-
-
-def test_analysis_knows_only_the_run_folder_format_of_the_engine():
-    graph = import_graph()
-    wrong = {name: sorted(target for target in targets
-                          if target.startswith("evalsuite.engine") and target not in ENGINE_FOR_ANALYSIS)
-             for name, targets in graph.items() if name.startswith("evalsuite.analysis")}
-    assert not {name: found for name, found in wrong.items() if found}, wrong
 
 
 def core_files() -> list[Path]:

@@ -32,7 +32,7 @@ def tiny_model(kind: str, implementation: str) -> torch.nn.Module:
     and `diff2-interleaved`: DIFF V2 with Llama's and GPT-J's rotary convention."""
     from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
 
     common = dict(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                   max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)

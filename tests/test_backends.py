@@ -14,6 +14,7 @@ from evalsuite.backends import load_model, resolve_spec, split_spec
 from evalsuite.backends.common.choices import END, ChoiceTrie
 from evalsuite.backends.common.tokens import move_trailing_whitespace
 from evalsuite.backends.fake import FakeModel
+from evalsuite.contracts import SCRIPTED_ANSWERS, TOKEN_NLL, ContractError
 from evalsuite.models import HERE
 from evalsuite.registry import BACKENDS, backend_names
 
@@ -84,6 +85,32 @@ def test_a_backend_registered_at_runtime_is_picked_by_its_prefix():
         assert isinstance(model, FakeModel) and seen == {"rest": "anything", "options": {"k": "v"}, "device": "cpu"}
     finally:
         BACKENDS.pop("scripted-test")
+
+
+@pytest.mark.parametrize("declared, refused", [
+    ({TOKEN_NLL}, r"declares token_nll but lacks encode, token_nll \(evalsuite\.contracts\.TokenNLL\)"),
+    ({"token_nl"}, r"declares the unknown capability 'token_nl' \(did you mean 'token_nll'\?\)"),
+])
+def test_a_backend_whose_adapter_lacks_what_it_declares_is_refused_at_load(capsys, declared, refused):
+    @register_backend("half-test")
+    def load(rest, options, *, device, batch_size, label):
+        model = FakeModel.from_options("oracle", {})
+        model.capabilities = frozenset(declared)  # declared, never implemented: the fake model has no token_nll()
+        return model
+
+    try:
+        with pytest.raises(ContractError, match=r"^backend 'half-test' returned FakeModel, which " + refused + "$"):
+            load_model("half-test:x", {})
+        ran = invoke(capsys, "run", "--model", "half-test:x", "--task", "needle", "-T", "lengths=256", "--dry-run")
+        assert ran.returncode == 2 and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+        assert "half-test" in ran.stderr and "Traceback" not in ran.stderr
+    finally:
+        BACKENDS.pop("half-test")
+
+
+def test_an_adapter_that_offers_what_it_declares_loads():
+    model = load_model("fake:target", {})
+    assert model.capabilities == {SCRIPTED_ANSWERS}  # and it has expect(), which the check at load asked for
 
 
 def test_an_unknown_fake_behaviour_is_one_line(tmp_path):

@@ -14,17 +14,11 @@ import pytest
 from conftest import invoke
 from scipy import stats as sps
 
-from evalsuite.analysis.check import (
-    Measured,
-    Outcomes,
-    check,
-    check_pair,
-    decide,
-    export_baseline,
-    load_outcomes,
-    parse_max_drop,
-)
+from evalsuite.analysis.check import check
+from evalsuite.analysis.gate import Measured, check_pair, decide
+from evalsuite.analysis.outcomes import Outcomes, export_baseline, load_outcomes
 from evalsuite.analysis.stats import holm
+from evalsuite.analysis.tolerances import parse_max_drop
 from evalsuite.errors import UserError
 from evalsuite.tasks.needle.task import Needle
 
@@ -472,7 +466,7 @@ def test_not_testable_cells_are_shown_and_left_out_of_holm():
     ("outliers", (), "attn_top1"),
 ])
 def test_each_task_declares_what_the_gate_tests(task, axes, primary):
-    from evalsuite.registry import task_spec
+    from evalsuite.analysis.task_of import task_spec
 
     spec = task_spec(task)
     assert (spec.gating_axes, spec.primary_metric) == (axes, primary)

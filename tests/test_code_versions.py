@@ -100,8 +100,8 @@ def test_check_same_versions_refuses_runs_of_different_code(capsys, two_versions
 
 
 def test_a_release_outside_the_tested_range_warns_once_and_is_recorded(capsys, tmp_path, monkeypatch):
-    from evalsuite import compat
     from evalsuite.engine import code_versions
+    from evalsuite.modeling import compat
 
     monkeypatch.setattr(compat, "TESTED", {"transformers": ("1.0.0", "1.0.1")})
     monkeypatch.setattr(code_versions, "_warned", set())

@@ -15,10 +15,10 @@ from scipy import stats as sps
 from evalsuite.analysis.compare import compare, compare_runs, paired_test
 from evalsuite.analysis.tables import display_rows
 from evalsuite.backends import load_model
-from evalsuite.engine.identity import PACKAGE_DIR, task_identity
-from evalsuite.engine.records import Record, RunFolder, config_hash
 from evalsuite.engine.runner import RunOptions, make_task, run_task
 from evalsuite.errors import UserError
+from evalsuite.runs.identity import PACKAGE_DIR, task_identity
+from evalsuite.runs.records import Record, RunFolder, config_hash
 from evalsuite.tasks.needle.view import significance_marks
 
 NEEDLE_PARAMS = {"lengths": "1024,2048", "depths": "0,1", "samples": "6"}
@@ -260,8 +260,8 @@ def test_an_errored_sample_counts_as_a_fail_in_report_and_compare_alike(tmp_path
     """One rule everywhere: one pass and one errored sample is 0.500 in the report's summary, compare
     and the paper report (the report showed 1.000 with n = 2 before), and the report's table says so."""
     from evalsuite.analysis.frame import run_frame, summarize
-    from evalsuite.analysis.paper.measures import estimates
     from evalsuite.analysis.report import report_runs
+    from evalsuite.paper.measures import estimates
 
     errored = synthetic_run(tmp_path / "a", "A", {"ok": [True, None]}, errors={1: "RuntimeError: boom"})
     fine = synthetic_run(tmp_path / "b", "B", {"ok": [True, True]})

@@ -1,4 +1,4 @@
-"""One check per transformers internal that evalsuite uses (evalsuite/compat.py): when an upstream
+"""One check per transformers internal that evalsuite uses (evalsuite/modeling/compat.py): when an upstream
 release changes one, the test named after it fails, instead of a run going silently wrong."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 import transformers
 from conftest import TINY
 
-from evalsuite import compat
 from evalsuite.backends.hf import HFModel, diff_attention
+from evalsuite.modeling import compat
 from evalsuite.types import GenerationRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def tiny(kind: str, implementation: str = "sdpa") -> torch.nn.Module:
                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     torch.manual_seed(0)  # the same random weights in every test
     if kind == "v2":
-        from evalsuite.models.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
+        from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
 
         config = DiffLlamaV2Config(**common, head_dim=16)
         config._attn_implementation = implementation

@@ -131,7 +131,7 @@ def ids(batch: int = 2, time: int = 12):
 def load_folder(folder):
     from transformers import AutoModelForCausalLM
 
-    import evalsuite.models.diffllama_v2  # noqa: F401  (this process loads the folder without the hf backend)
+    import evalsuite.modeling.diffllama_v2  # noqa: F401  (this process loads the folder without the hf backend)
 
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 

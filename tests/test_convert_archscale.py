@@ -148,7 +148,7 @@ def test_converted_logits_equal_archscales_equations(capsys, tmp_path, kv_heads,
 
 def test_the_head_reordering_matters(capsys, tmp_path):
     """Converted without the striped-to-halves reordering, the logits differ: the test tells layouts apart."""
-    from evalsuite import convert_archscale
+    from evalsuite.modeling import convert_archscale
 
     p = archscale_state_dict(2, False)
     original = convert_archscale.striped_to_halves

@@ -20,8 +20,8 @@ import pytest
 from conftest import invoke
 
 from evalsuite.backends import load_model
-from evalsuite.engine import records as record_module
 from evalsuite.engine.runner import RunOptions, make_task, run_task
+from evalsuite.runs import records as record_module
 
 PARAMS = {"lengths": "1024", "depths": "0,1", "samples": "2"}
 Damage = Callable[[Path], None]

@@ -179,7 +179,7 @@ def test_wide_value_puts_each_key_heads_two_halves_side_by_side():
 
 
 def test_component_pairs_and_differential_for_both_layouts():
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2Config
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config
 
     maps = torch.rand(4, 3, 2)
     v1 = random_diffllama("eager").model.layers[0].self_attn
@@ -205,7 +205,7 @@ V2_SHAPES = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidde
 
 
 def v2_model(config) -> torch.nn.Module:
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2ForCausalLM
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2ForCausalLM
 
     torch.manual_seed(0)
     return DiffLlamaV2ForCausalLM(config).eval()

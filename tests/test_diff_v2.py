@@ -21,7 +21,7 @@ EPS = 1e-5
 
 
 def v2_config(interleaved: bool, **fields):
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2Config
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config
 
     return DiffLlamaV2Config(vocab_size=VOCAB, **{**SHAPE, **fields}, rope_theta=THETA, rms_norm_eps=EPS,
                              rope_interleaved=interleaved, tie_word_embeddings=False, max_position_embeddings=256)
@@ -30,7 +30,7 @@ def v2_config(interleaved: bool, **fields):
 def random_v2(interleaved: bool, seed: int = 0, **fields):
     """A V2 model whose every weight, norms and lambdas included, is random and far from its
     initial value, so that each term of the equations moves the logits."""
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2ForCausalLM
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2ForCausalLM
 
     torch.manual_seed(seed)
     model = DiffLlamaV2ForCausalLM(v2_config(interleaved, **fields)).eval()
@@ -228,7 +228,7 @@ assert 'torch' not in sys.modules, 'import evalsuite loaded torch'
 from evalsuite.backends.hf.loading import HFOptions, load_checkpoint
 loaded = load_checkpoint(sys.argv[1], HFOptions(), 'cpu', False, None)  # before anything names V2
 from evalsuite import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
-from evalsuite.models.diffllama_v2 import DiffLlamaV2ForCausalLM as Model
+from evalsuite.modeling.diffllama_v2 import DiffLlamaV2ForCausalLM as Model
 assert DiffLlamaV2ForCausalLM is Model and DiffLlamaV2Config.model_type == 'diffllama_v2'
 assert isinstance(loaded.model, DiffLlamaV2ForCausalLM), type(loaded.model)
 print('ok')

@@ -31,6 +31,7 @@ def table_rows(body: str) -> list[str]:
     return lines[2:]  # past the header and the rule
 
 
+@pytest.mark.slow  # every step of the script as a process of its own
 def test_the_tiny_run_writes_every_table_with_rows_and_keeps_the_rest_of_the_file(tmp_path):
     out = tmp_path / "gpu.md"
     out.write_text("# GPU measurements\n\nEarlier text.\n")

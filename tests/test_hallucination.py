@@ -18,10 +18,10 @@ from evalsuite.analysis.stats import mcnemar_exact
 from evalsuite.backends.fake import FakeModel, FakeOptions
 from evalsuite.engine.runner import RunOptions, make_task, run_models
 from evalsuite.errors import UserError
-from evalsuite.tasks.fit_document import fit_document, kept_document
 from evalsuite.tasks.hallucination.judges import JudgementFile, JudgeSettings, make_judge
 from evalsuite.tasks.hallucination.judges.tables import judge_table, paired_rows, verdict_frame
 from evalsuite.tasks.hallucination.step import JudgeStep
+from evalsuite.tasks.kit.document import fit_document, kept_document
 
 KEY = "sk-test-0a1b2c3d4e5f-never-on-disk"
 
@@ -105,7 +105,7 @@ def test_a_relative_data_path_is_kept_absolute_and_the_task_keeps_no_state(tmp_p
 
 def test_the_hub_copy_is_only_reached_through_datasets_and_fails_clearly_offline():
     assert os.environ["HF_DATASETS_OFFLINE"] == "1"  # set by conftest: no test reaches the hub
-    with pytest.raises(UserError, match=r"could not load abisee/cnn_dailymail .*pass -T data=PATH"):
+    with pytest.raises(UserError, match=r"could not load cnn_dailymail \(abisee/cnn_dailymail\): .*pass -T data=PATH"):
         task(dataset="cnn_dailymail").read_rows()
 
 
@@ -348,8 +348,8 @@ def test_the_hf_judge_runs_through_the_adapter_and_unreadable_verdicts_count_apa
     [run] = fake_run(tmp_path, ["fake:echo"], n_rows=6, samples=3)
     the_task = task(data=str(tmp_path / "xsum.jsonl"), samples="3")
     judge = make_judge(JudgeSettings(spec=f"hf:{tiny_models['diff']}", max_tokens=6, device="cpu"), tmp_path / "c")
-    from evalsuite.engine.records import RunFolder
     from evalsuite.engine.runner import finish
+    from evalsuite.runs.records import RunFolder
 
     outcome = JudgeStep(judge).judge_run(RunFolder(run), progress=False)
     finish(the_task, RunFolder(run))
@@ -365,8 +365,8 @@ def test_unjudged_samples_have_no_judged_value_and_count_as_not_true_over_all_sa
     from scipy.stats import binomtest
 
     from evalsuite.analysis.side_scores import scored_records, side_metrics
-    from evalsuite.engine.records import RunFolder
     from evalsuite.engine.runner import finish
+    from evalsuite.runs.records import RunFolder
     from evalsuite.tasks.hallucination.judges import Verdict
 
     [run] = fake_run(tmp_path, ["fake:target"], judge=make_judge(JudgeSettings(spec="lexical"), tmp_path / "c"))
@@ -404,7 +404,7 @@ def test_judging_resumes_after_a_kill_and_records_are_untouched(tmp_path):
     store = run / "judgements" / "lexical.jsonl"
     lines = store.read_bytes().splitlines(keepends=True)
     store.write_bytes(b"".join(lines[:2]) + lines[2][:20])  # killed while writing the third verdict
-    from evalsuite.engine.records import RunFolder
+    from evalsuite.runs.records import RunFolder
 
     outcome = JudgeStep(lexical).judge_run(RunFolder(run), progress=False)
     assert outcome.new == 4 and len(outcome.verdicts) == 6
@@ -435,7 +435,7 @@ def test_judging_refuses_a_data_file_that_changed_since_the_run(tmp_path):
     rows = xsum_rows(10)
     rows[int(json.loads((run / "samples.jsonl").read_text().splitlines()[0])["id"][-6:])]["document"] += " Edited."
     write_jsonl(tmp_path / "xsum.jsonl", rows)
-    from evalsuite.engine.records import RunFolder
+    from evalsuite.runs.records import RunFolder
 
     with pytest.raises(UserError, match="differs from .*judge with the data the run was made from"):
         JudgeStep(make_judge(JudgeSettings(spec="lexical"), tmp_path / "c")).judge_run(RunFolder(run))

@@ -15,8 +15,8 @@ from chat_server import ChatServer, LoopbackServer, Reply
 from conftest import invoke, run_cli
 
 from evalsuite.backends.common.http import HttpClient, HttpSettings, excerpt, redact
-from evalsuite.engine import records
-from evalsuite.engine.records import RunFolder
+from evalsuite.runs import records
+from evalsuite.runs.records import RunFolder
 
 KEY = "sk-9f8E7d6C5b4A3f2E1d0C9b8A7f6E5d"  # 32 characters, mixed case, as a real key
 JUDGE = ("--judge", "openai:judge-x", "--judge-retries", "1", "--judge-backoff", "0.001", "--no-progress")
@@ -310,8 +310,8 @@ def test_a_record_of_the_same_task_and_model_with_another_seeds_hash_is_foreign(
     ([[1], [2], 3], [2]),  # a list that most records hold (the needle's per-needle hits) stays
 ])
 def test_a_field_holds_one_kind_of_value_across_the_run(kinds, odd):
-    from evalsuite.engine.record_format import odd_kinds
-    from evalsuite.engine.records import Record
+    from evalsuite.runs.record_format import odd_kinds
+    from evalsuite.runs.records import Record
 
     records = [Record(id=str(i), task="t", model="m", axes={}, target=(), prompt={}, info={}, outputs=(),
                       scores={"x": value}, run="h") for i, value in enumerate(kinds)]

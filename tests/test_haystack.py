@@ -7,14 +7,8 @@ import random
 import pytest
 
 from evalsuite.errors import UserError
-from evalsuite.tasks.haystack import (
-    builtin_sentences,
-    fit_to_budget,
-    index_draws,
-    insert_at_boundaries,
-    load_haystack,
-    split_sentences,
-)
+from evalsuite.tasks.kit.filler import builtin_sentences, index_draws, load_haystack, split_sentences
+from evalsuite.tasks.kit.fit import fit_to_budget, insert_at_boundaries
 from evalsuite.tasks.needle.task import CITIES, INSTRUCTION, Needle
 
 

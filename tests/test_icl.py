@@ -246,7 +246,7 @@ def test_summary_mean_spread_and_std_over_permutations(trec_file):
             for p, values in outcomes.items() for t, v in enumerate(values)]
     rows += [{"order": "random", "n_shots": 8, "permutation": 0, "test_index": t, "correct": t < 3, "prompt_tokens": 200}
              for t in range(4)]
-    (four, eight) = task.summary(pd.DataFrame(rows))["icl"]["shots"]
+    (four, eight) = task.summary(pd.DataFrame(rows), None)["icl"]["shots"]
     assert four["accuracy"] == [1.0, 0.5, 0.25]
     assert four["mean"] == pytest.approx(7 / 12) and four["spread"] == pytest.approx(0.75)
     assert four["std"] == pytest.approx(pd.Series([1.0, 0.5, 0.25]).std(ddof=1))
@@ -605,6 +605,6 @@ def test_the_order_preset_runs_random_and_alternating_orders_side_by_side(trec_f
     assert {s.axes["order"] for s in samples} == {"random", "alternating"} and len(samples) == 2 * 2 * 2 * 3
     assert make_task("icl", {"preset": "paper-order", "data": str(trec_file)}).permutations == 10
     frame = pd.DataFrame([{**s.axes, "correct": i % 3 == 0, "prompt_tokens": 1} for i, s in enumerate(samples)])
-    rows = task.summary(frame)["icl"]["shots"]
+    rows = task.summary(frame, None)["icl"]["shots"]
     assert [(r["order"], r["n_shots"]) for r in rows] == [("alternating", 2), ("alternating", 4), ("random", 2),
                                                           ("random", 4)]

@@ -13,8 +13,8 @@ from test_zeroshot import BENCHMARKS, lm_eval_run, write_fixtures
 
 from evalsuite.backends.common.choices import END
 from evalsuite.backends.hf import HFModel
-from evalsuite.engine.records import RunFolder
 from evalsuite.engine.runner import RunOptions, run_task
+from evalsuite.runs.records import RunFolder
 from evalsuite.tasks.zeroshot.task import ZeroShot
 from evalsuite.types import GenerationRequest
 

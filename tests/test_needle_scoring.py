@@ -161,7 +161,7 @@ def test_the_substring_metrics_follow_the_public_rule(case, output, substring):
     ("\u22121234567", ["-1234567"]), ("1'234'567", ["1234567"]), ("1,234", ["1234"]), ("7.5", ["7.5"]),
 ])
 def test_digit_groups_and_signs(text, expected):
-    from evalsuite.tasks.needle.scoring import normalise, numbers
+    from evalsuite.tasks.kit.numbers import normalise, numbers
 
     assert [n.value for n in numbers(normalise(text))] == expected
 

@@ -19,10 +19,10 @@ from evalsuite.backends import load_model
 from evalsuite.backends.hf import HFModel
 from evalsuite.backends.hf import token_nll as token_nll_module
 from evalsuite.contracts import TOKEN_NLL
-from evalsuite.engine.records import RunFolder
 from evalsuite.engine.runner import RunOptions, make_task, run_task
 from evalsuite.errors import UserError
-from evalsuite.tasks.haystack import builtin_sentences
+from evalsuite.runs.records import RunFolder
+from evalsuite.tasks.kit.filler import builtin_sentences
 from evalsuite.tasks.nll.task import checkpoints, leading_ids, load_documents, running_sums
 
 
@@ -159,7 +159,7 @@ def test_dataset_errors_name_the_problem(tmp_path):
     (table / "train.jsonl").write_text(json.dumps({"text": "x"}), encoding="utf-8")
     with pytest.raises(UserError, match="no column 'body'"):
         load_documents(f"dataset:{table}", "body", 5)
-    with pytest.raises(UserError, match="cannot load nll dataset"):
+    with pytest.raises(UserError, match="cannot load nll data from dataset"):
         load_documents(f"dataset:{tmp_path / 'nothing'}", "text", 5)
 
 

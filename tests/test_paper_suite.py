@@ -18,11 +18,11 @@ import pytest
 from conftest import invoke
 from paper_data import write_paper_data
 
-from evalsuite.analysis.paper import BUILDERS, write_paper_report
-from evalsuite.analysis.paper.published import DIFF, GAIN, PUBLISHED, TRANSFORMER
-from evalsuite.engine.suite_scales import SuiteSettings, clipped
-from evalsuite.engine.suites import check_needs, load_suite
+from evalsuite.engine.suite_run import check_needs, clipped
+from evalsuite.engine.suites import SuiteSettings, load_suite
 from evalsuite.errors import UserError
+from evalsuite.paper import BUILDERS, write_paper_report
+from evalsuite.paper.published import DIFF, GAIN, PUBLISHED, TRANSFORMER
 
 REFERENCE = Path(__file__).parents[1] / "docs" / "paper-reference.md"
 SECTION_TITLES = ["Multi-needle retrieval at", "Needle retrieval up to", "Attention allocation",
@@ -487,7 +487,7 @@ def test_the_needle_tables_use_the_papers_rule_beside_its_numbers_and_show_stric
 
 
 def test_published_values_keep_the_papers_rounding_and_name_their_table_or_figure():
-    from evalsuite.analysis.paper.published import DIFF, GAIN, PUBLISHED, TRANSFORMER
+    from evalsuite.paper.published import DIFF, GAIN, PUBLISHED, TRANSFORMER
 
     by_label = {p.label: p for p in PUBLISHED}
     assert by_label["noise context"].text(TRANSFORMER) == "about 0.5"  # not "0.50"
@@ -510,8 +510,8 @@ class _Run:
 
 
 def test_the_unquantized_row_names_the_dtype_and_a_negative_noise_share_is_flagged(monkeypatch):
-    from evalsuite.analysis.paper import modeling, retrieval
-    from evalsuite.analysis.paper.measures import Estimate
+    from evalsuite.paper import modeling, retrieval
+    from evalsuite.paper.measures import Estimate
 
     runs = [("base", _Run({"dtype": "float32"})), ("diff", _Run({"dtype": "float32"}))]
     assert modeling._dtypes(runs) == ["float32"]

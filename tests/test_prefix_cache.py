@@ -165,7 +165,7 @@ def test_shared_beginnings_give_the_answers_of_whole_prompts(tiny_models, kind):
 
 
 def _hellaswag_fixture(folder, docs: int = 6, endings: int = 5):
-    from evalsuite.tasks.haystack import builtin_sentences
+    from evalsuite.tasks.kit.filler import builtin_sentences
 
     rng = random.Random(11)
     folder.mkdir(parents=True, exist_ok=True)

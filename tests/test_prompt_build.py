@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 
 from evalsuite.backends.common.tokens import TokenizerAdapter
-from evalsuite.engine.records import prompt_fields
 from evalsuite.errors import UserError
-from evalsuite.tasks.fit_document import fit_document, kept_document, largest_fitting
-from evalsuite.tasks.haystack import builtin_sentences, fit_at_depth
-from evalsuite.tasks.needle import task as needle_task
+from evalsuite.runs.records import prompt_fields
+from evalsuite.tasks.kit import prompt as kit_prompt
+from evalsuite.tasks.kit.depth import fit_at_depth
+from evalsuite.tasks.kit.document import fit_document, kept_document, largest_fitting
+from evalsuite.tasks.kit.filler import builtin_sentences
 from evalsuite.tasks.needle.task import Needle
 
 HASHES = Path(__file__).parent / "data" / "prompt_hashes.json"
@@ -73,7 +74,7 @@ def exact_requests(task: Needle, model: Any, monkeypatch: pytest.MonkeyPatch) ->
         return fit_at_depth(target, depth, supply.sentences, *args)
 
     with monkeypatch.context() as patch:
-        patch.setattr(needle_task, "place_at_depth", exact)
+        patch.setattr(kit_prompt, "place_at_depth", exact)
         return requests(task, model)
 
 

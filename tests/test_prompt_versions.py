@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from paper_data import write_paper_data
 
-from evalsuite.engine.records import prompt_fields
 from evalsuite.engine.runner import make_task
+from evalsuite.runs.records import prompt_fields
 
 GOLDEN = Path(__file__).parent / "data" / "prompt_versions.json"
 # a small fixed plan of each built-in task (-T values; {data} is tests/paper_data.py's layout)
@@ -32,6 +32,8 @@ PLANS: dict[str, dict[str, str]] = {
     "nll": {"data": "{data}/nll", "lengths": "512", "documents": "2"},
     "attention": {"lengths": "512", "samples": "1"},
     "outliers": {"tokens": "4096", "window": "512", "shard_tokens": "2048"},
+    "nolima": {"lengths": "256,512", "depths": "0,0.5,1", "samples": "1"},
+    "ruler": {"subtasks": "niah_single_1", "lengths": "512", "samples": "2"},
 }
 
 

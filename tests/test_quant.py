@@ -197,7 +197,7 @@ def random_diff(kind: str) -> torch.nn.Module:
     heads) or DIFF V2 (4 DIFF heads, so 8 query heads, over 4 key heads)."""
     from transformers import DiffLlamaConfig, DiffLlamaForCausalLM
 
-    from evalsuite.models.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config, DiffLlamaV2ForCausalLM
 
     common = dict(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   max_position_embeddings=512, num_key_value_heads=4, pad_token_id=0)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import invoke
 
-from evalsuite.engine.identity import unversioned_identity
-from evalsuite.engine.records import config_hash
+from evalsuite.runs.identity import unversioned_identity
+from evalsuite.runs.records import config_hash
 
 TOY_BASE = Path(__file__).resolve().parents[1] / "evalsuite" / "models" / "toy-base"
 NEEDLE = ["--task", "needle", "-T", "lengths=256", "-T", "depths=0,1", "-T", "samples=1", "--no-progress"]

@@ -182,8 +182,8 @@ def test_substring_score_of_two_queries_reports_all_and_mean(output, expected):
 
 
 def test_the_run_lock_refuses_a_second_writer_with_the_holders_pid(tmp_path):
-    from evalsuite.engine.records import RunFolder
     from evalsuite.errors import UserError
+    from evalsuite.runs.records import RunFolder
 
     first, second = RunFolder(tmp_path), RunFolder(tmp_path)
     with first.lock():
@@ -197,7 +197,7 @@ def test_the_run_lock_refuses_a_second_writer_with_the_holders_pid(tmp_path):
 def test_the_package_imports_where_there_is_no_fcntl():
     """Windows has no fcntl: the lock is filelock's, and nothing else may need fcntl either."""
     code = ("import sys; sys.modules['fcntl'] = None\n"
-            "import evalsuite.cli, evalsuite.engine.runner, evalsuite.engine.records\n"
+            "import evalsuite.cli, evalsuite.engine.runner, evalsuite.runs.records\n"
             "print('imported')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "imported" in result.stdout, result.stderr

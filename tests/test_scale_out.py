@@ -75,6 +75,7 @@ def test_shards_keep_groups_together_and_balance_lengths():
     assert loads == [8192, 3584]  # the 4096 block alone on one rank, everything else on the other
 
 
+@pytest.mark.slow  # evalsuite processes: torchrun ranks, kills, restarts
 @pytest.mark.parametrize("model, args", [("toy-diff", NEEDLE), ("toy-base", ICL)], ids=["needle", "icl"])
 def test_two_ranks_merge_to_the_single_process_records(capsys, tmp_path, model, args):
     single = tmp_path / "single"
@@ -88,10 +89,14 @@ def test_two_ranks_merge_to_the_single_process_records(capsys, tmp_path, model, 
         json.loads((only_run(single) / "summary.json").read_text())["overall"]
 
 
+@pytest.mark.slow  # evalsuite processes: torchrun ranks, kills, restarts
 def test_a_killed_two_rank_run_resumes_with_one_process(capsys, tmp_path):
-    args = ["--model", "fake", "-M", "delay=1", "--batch-size", "1", *FAKE_NEEDLE]  # a record per sample
+    def fake(delay: float) -> list[str]:  # a record per sample, `delay` seconds apart
+        return ["--model", "fake", "-M", f"delay={delay}", "--batch-size", "1", *FAKE_NEEDLE]
+
     reference = tmp_path / "reference"
-    assert invoke(capsys, "run", *args, "--out", str(reference)).returncode == 0
+    assert invoke(capsys, "run", *fake(0), "--out", str(reference)).returncode == 0  # the records need no delay
+    args = fake(0.4)  # after two records each rank has seconds of work left to be killed in
     out = tmp_path / "resumed"
     proc = torchrun(2, *args, "--out", str(out))
     deadline = time.time() + 120
@@ -114,6 +119,7 @@ def test_a_killed_two_rank_run_resumes_with_one_process(capsys, tmp_path):
     assert got == lines(only_run(reference))
 
 
+@pytest.mark.slow  # evalsuite processes: torchrun ranks, kills, restarts
 def test_two_concurrent_runs_on_one_folder_never_count_a_sample_twice(tmp_path):
     args = [sys.executable, "-m", "evalsuite", "run", "--model", "fake", "-M", "delay=0.02", *FAKE_NEEDLE,
             "--out", str(tmp_path)]
@@ -131,6 +137,7 @@ def test_two_concurrent_runs_on_one_folder_never_count_a_sample_twice(tmp_path):
     assert json.loads((folder / "summary.json").read_text())["n"] == 12
 
 
+@pytest.mark.slow  # evalsuite processes: torchrun ranks, kills, restarts
 def test_a_lock_left_by_a_killed_run_does_not_block_the_resume(tmp_path):
     args = [sys.executable, "-m", "evalsuite", "run", "--model", "fake", "-M", "delay=0.05", *FAKE_NEEDLE,
             "--out", str(tmp_path)]

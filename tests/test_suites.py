@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import invoke
 
-from evalsuite.analysis.inputs import run_folders, suite_runs
 from evalsuite.engine.suites import SHIPPED, find_suite, load_suite
 from evalsuite.errors import UserError
 from evalsuite.registry import TASKS, load_all
+from evalsuite.runs.suite_result import run_folders, suite_runs
 
 NEEDLE_SUITE = """
 name = "mini"
@@ -197,7 +197,7 @@ def test_a_folder_is_no_suite(tmp_path):
 def test_the_diff_paper_suite_is_valid_at_every_scale(scale, tmp_path):
     """Every entry of the shipped paper suite loads at each scale; without --data-dir and a judge the
     entries that need them are marked with what to provide, and none fails loading."""
-    from evalsuite.engine.suite_scales import SuiteSettings
+    from evalsuite.engine.suites import SuiteSettings
 
     load_all()
     suite = load_suite("diff-paper", settings=SuiteSettings(scale=scale))

@@ -154,7 +154,7 @@ def test_toy_diff2_is_matched_to_the_baseline_as_the_v2_authors_match():
     width and KV heads as toy-base; only o_proj is narrower (h*d inputs)."""
     from transformers import AutoConfig
 
-    import evalsuite.models.diffllama_v2  # noqa: F401  (AutoConfig knows diffllama_v2)
+    import evalsuite.modeling.diffllama_v2  # noqa: F401  (AutoConfig knows diffllama_v2)
 
     v2, base = (AutoConfig.from_pretrained(MODELS_DIR / name) for name in ("toy-diff2", "toy-base"))
     assert v2.model_type == "diffllama_v2" and not v2.rope_interleaved

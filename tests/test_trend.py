@@ -15,10 +15,10 @@ import pytest
 from conftest import invoke
 
 import evalsuite
-from evalsuite.engine.identity import run_identity
-from evalsuite.engine.records import config_hash
 from evalsuite.engine.steps import checkpoint_of, family_of, identity_with_step, step_from_name
 from evalsuite.errors import UserError
+from evalsuite.runs.identity import run_identity
+from evalsuite.runs.records import config_hash
 
 NEEDLE = {"lengths": [256, 512], "depths": [0, 0.5, 1], "samples": 2}
 NEEDLE_FLAGS = ("-T", "lengths=256,512", "-T", "depths=0,0.5,1", "-T", "samples=2")

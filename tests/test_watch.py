@@ -82,6 +82,7 @@ def waiting_for(out: Path, name: str) -> str:
         return ""
 
 
+@pytest.mark.slow  # a real watcher process
 def test_watch_evaluates_each_checkpoint_once_when_complete_gates_and_resumes(tmp_path, webhook, capsys):
     url, bodies = webhook
     train, out, log = tmp_path / "run1", tmp_path / "evals", tmp_path / "watch.log"

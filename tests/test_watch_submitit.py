@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import invoke
 from watch_checkpoints import NEEDLE_FLAGS, write_checkpoint
 
@@ -26,6 +27,7 @@ def ledger(out: Path) -> list[tuple]:
              (e["gate"] or {}).get("verdict")) for e in lines]
 
 
+@pytest.mark.slow  # a submitit job per checkpoint
 def test_a_two_checkpoint_sweep_through_submitit_makes_the_same_records_as_local(capsys, tmp_path):
     train = tmp_path / "run1"
     write_checkpoint(train / "checkpoint-100")

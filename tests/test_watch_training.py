@@ -35,7 +35,7 @@ def train(tmp_path: Path, **callback_options) -> tuple[list[dict], Path]:
     return trainer.state.log_history, out
 
 
-@pytest.mark.parametrize("mode", ["in-process", "process"])
+@pytest.mark.parametrize("mode", ["in-process", pytest.param("process", marks=pytest.mark.slow)])  # slow: a process per save
 def test_each_save_is_evaluated_and_its_metrics_are_in_the_log_history(tmp_path, mode):
     history, out = train(tmp_path, mode=mode)
     rows = [row for row in history if "evalsuite/needle/correct_all" in row]

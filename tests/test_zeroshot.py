@@ -13,10 +13,10 @@ from conftest import invoke
 
 from evalsuite.backends.fake import FakeModel, FakeOptions
 from evalsuite.backends.hf import HFModel
-from evalsuite.engine.records import RunFolder
 from evalsuite.engine.runner import RunOptions, run_task
 from evalsuite.errors import UserError
-from evalsuite.tasks.haystack import builtin_sentences
+from evalsuite.runs.records import RunFolder
+from evalsuite.tasks.kit.filler import builtin_sentences
 from evalsuite.tasks.zeroshot.task import ZeroShot, load_benchmark, task_manager
 
 lm_eval = pytest.importorskip("lm_eval")

@@ -1,29 +1,9 @@
 """`evalsuite check`: did this checkpoint regress against a baseline?
 
-The candidate (a run folder or a suite result) and the baseline (a run folder,
-a suite result or an exported baseline file) are matched run by run on their
-task configuration (`outcomes.py`), and each run's samples are paired on
-sample id. A row is one metric over one set of samples:
-
-    drop = mean(baseline) - mean(candidate)     over the row's paired samples
-           (candidate - baseline for metrics the task marks lower_is_better)
-
-The gate tests "the drop exceeds the tolerance" (`stats.drop_bound_test`: a
-cluster-robust standard error, samples that share the task's cluster key
-counted as one unit, Student's t). The task's primary metric (and its side
-scores, such as judged accuracy) is gated over all samples and in every cell
-of the task's gating axes (needle: length x depth), because a long-context
-regression lives in one length or one depth and drowns in the pooled mean;
-`--metric` gates more metrics the same way, and the others are reported, not
-gated. Every gated row of the check, over all run pairs, is one Holm family:
-a row fails when Holm's step-down procedure rejects "true drop <= tolerance"
-for it, so a true drop exactly at the tolerance in every cell fails the check
-at most alpha of the time. Each row's one-sided bounds and `detects` (the true
-drop caught with 80% power) are at the level Holm tested that row at, so a
-bound past the tolerance never stands beside "within noise". With
-`require_non_inferiority` the gate is reversed for release gates: it passes
-only when every gated row's upper bound shows the drop within its tolerance
-(each row at alpha: an intersection-union test needs no adjustment).
+The candidate (a run folder or a suite result) and the baseline (a run folder, a suite result or
+an exported baseline file) are read and matched run by run on their task configuration
+(`outcomes.py`); every gated row of every run pair is measured and decided as one Holm family
+(`gate.py`, which says how); the result is a markdown table, JUnit XML and GitHub's step summary.
 
 Exit 0: nothing failed; 1: something failed; 2: bad input (from the CLI),
 including a check with nothing to test: a gated metric without paired numeric
@@ -36,147 +16,15 @@ from __future__ import annotations
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from evalsuite.errors import UserError
 
-from .outcomes import (
-    ALL,
-    BASELINE_FORMAT,
-    Measured,
-    Outcomes,
-    coverage_notes,
-    export_baseline,
-    load_outcomes,
-    match_runs,
-    measure_pair,
-    unjudged,
-    wanted_metrics,
-)
-from .power import simulable, simulated_detectable_drop
-from .stats import detectable_drop, drop_bound_test, holm_steps, not_testable, one_sided_bounds
-
-__all__ = ["BASELINE_FORMAT", "CheckResult", "Measured", "MetricCheck", "Outcomes", "Tolerances", "check",
-           "check_pair", "decide", "export_baseline", "load_outcomes", "measure_pair", "parse_max_drop", "publish"]
-
-
-# ---- tolerances -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Tolerances:
-    """The tolerated drop of each metric, in its own units (accuracy points, nats, attention mass)."""
-
-    default: float = 0.02
-    by_metric: Mapping[str, float] = field(default_factory=dict)
-
-    def of(self, metric: str) -> float:
-        return self.by_metric.get(metric, self.default)
-
-    def text(self) -> str:
-        own = ", ".join(f"{m} {v:g}" for m, v in self.by_metric.items())
-        return f"{self.default:g}" + (f"; {own}" if own else "")
-
-
-def parse_max_drop(values: Sequence[str]) -> Tolerances:
-    """`--max-drop` values: a bare number is every metric's default, `metric=value` one metric's own."""
-    default, by_metric = 0.02, {}
-    for text in values:
-        metric, _, number = text.rpartition("=")
-        try:
-            value = float(number)
-        except ValueError:
-            raise UserError(f"--max-drop takes a number or metric=number, got {text!r}") from None
-        if metric:
-            by_metric[metric.strip()] = value
-        else:
-            default = value
-    return Tolerances(default, by_metric)
-
-
-# ---- the decision ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MetricCheck:
-    name: str  # the run's (suite entry) name
-    metric: str
-    n: int
-    clusters: int
-    baseline: float
-    candidate: float
-    drop: float
-    low: float  # one-sided (1 - level) lower bound of the drop
-    high: float  # one-sided (1 - level) upper bound
-    p_value: float  # Holm-adjusted p of the mode's null (raw for a row not gated)
-    detectable: float  # the true drop caught with 80% power at this n and level
-    failed: bool
-    verdict: str
-    cell: str = ALL
-    max_drop: float = 0.02
-    level: float = math.nan  # the level the row was tested at (Holm's step), alpha for a row not gated
-    gated: bool = True
-
-
-def _levels(tests: Sequence[dict[str, Any]], measured: Sequence[Measured], alpha: float, non_inferiority: bool
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(p, level) per row: Holm over the gated rows; a release gate and rows not gated at alpha, unadjusted."""
-    key = "p_within" if non_inferiority else "p_exceeds"
-    raw = np.array([t[key] for t in tests], dtype=float)
-    family = np.array([m.gated and not non_inferiority for m in measured], dtype=bool)
-    p, level = raw.copy(), np.where(np.isnan(raw), np.nan, alpha)
-    if family.any():
-        p[family], level[family] = holm_steps(raw[family], alpha)
-    return p, level
-
-
-def decide(measured: Sequence[Measured], alpha: float, non_inferiority: bool = False) -> list[MetricCheck]:
-    """Each row's verdict: the gated rows of one check are one Holm family."""
-    tests = [drop_bound_test(m.drop, m.clusters, m.max_drop) for m in measured]
-    p_values, levels = _levels(tests, measured, alpha, non_inferiority)
-    checks = []
-    for m, t, p, level in zip(measured, tests, p_values, levels):
-        testable = not math.isnan(p)
-        low, high = one_sided_bounds(t, level) if testable else (math.nan, math.nan)
-        significant = testable and p < alpha
-        failed = m.gated and ((not significant) if non_inferiority else significant)
-        checks.append(MetricCheck(
-            name=m.name, metric=m.metric, n=m.n, clusters=t["clusters"], baseline=m.baseline, candidate=m.candidate,
-            drop=t["drop"], low=low, high=high, p_value=float(p),
-            detectable=_detectable(m, t, level) if testable else math.nan, failed=failed,
-            verdict=_verdict(m, t, testable, failed, non_inferiority), cell=m.cell, max_drop=m.max_drop,
-            level=float(level), gated=m.gated))
-    return checks
-
-
-def _detectable(m: Measured, test: dict[str, Any], level: float) -> float:
-    """Simulated at the row's own n and discordance for independent pass/fail pairs (where the
-    closed form overstates the power of small cells); the closed form otherwise."""
-    if simulable(m.drop, m.clusters):
-        return simulated_detectable_drop(m.drop, m.max_drop, level)
-    return float(detectable_drop(test, m.max_drop, level))
-
-
-def _verdict(m: Measured, test: dict[str, Any], testable: bool, failed: bool, non_inferiority: bool) -> str:
-    if not testable:
-        return not_testable(m.n, test["clusters"])
-    if not m.gated:
-        return "not gated"
-    if non_inferiority:
-        return "NOT SHOWN WITHIN TOLERANCE" if failed else "within tolerance"
-    if failed:
-        return "REGRESSION"
-    return "drop within noise" if test["drop"] > m.max_drop else "ok"
-
-
-def check_pair(cand: Outcomes, base: Outcomes, max_drop: float = 0.02, alpha: float = 0.05,
-               non_inferiority: bool = False, metrics: Sequence[str] = ()) -> list[MetricCheck]:
-    """One run pair's rows, Holm-adjusted among themselves (`check` adjusts over all pairs)."""
-    return decide(measure_pair(cand, base, Tolerances(max_drop).of, metrics), alpha, non_inferiority)
-
+from .gate import MetricCheck, decide, measure_pair, wanted_metrics
+from .outcomes import ALL, Outcomes, coverage_notes, load_outcomes, match_runs, unjudged
+from .tolerances import DEFAULT_MAX_DROP, Tolerances
 
 # ---- the result -----------------------------------------------------------------------------
 
@@ -334,7 +182,7 @@ def _refuse_nothing(checks: Sequence[MetricCheck], names: Sequence[str]) -> None
             raise UserError(f"{name}: nothing to gate: {metric} {what}")
 
 
-def check(candidate: str | Path, baseline: str | Path, max_drop: float | Tolerances = 0.02, alpha: float = 0.05,
+def check(candidate: str | Path, baseline: str | Path, max_drop: float | Tolerances = DEFAULT_MAX_DROP, alpha: float = 0.05,
           require_non_inferiority: bool = False, metrics: Sequence[str] = (), allow_unjudged: bool = False
           ) -> CheckResult:
     tolerances = max_drop if isinstance(max_drop, Tolerances) else Tolerances(max_drop)

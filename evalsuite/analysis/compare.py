@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evalsuite.engine.identity import identity_difference, task_identity
-from evalsuite.engine.records import RunFolder, config_hash, open_run, write_json_atomic
+from evalsuite.analysis.task_of import TaskSpec, installed_task, task_spec
 from evalsuite.errors import UserError
-from evalsuite.registry import TaskSpec, installed_task, task_spec
+from evalsuite.runs.identity import identity_difference, task_identity
+from evalsuite.runs.records import RunFolder, config_hash, open_run, write_json_atomic
 
-from .frame import run_frame
+from .effective_length import PairedEffectiveLength, headline_metric, paired_effective_length, paired_json, paired_markdown
+from .frame import plain, run_frame
 from .side_scores import side_metrics
 from .stats import paired_difference
 from .tables import csv_frame, display_rows, latex, markdown, p_text
@@ -120,16 +121,12 @@ def compare_frames(frame_a: pd.DataFrame, frame_b: pd.DataFrame, keys: Sequence[
             a, b, pass_fail, clusters = paired_values(part_a, part_b, metric, cluster_key)
             if a.size == 0 and metric not in frame_a.columns:
                 continue
-            row = {**dict(zip(keys, (_plain(k) for k in key))), "metric": metric,
+            row = {**dict(zip(keys, (plain(k) for k in key))), "metric": metric,
                    **paired_test(a, b, pass_fail, clusters)}
             # an untestable row (p NaN) is neither significant nor not: None, an empty CSV cell
             row["significant"] = None if math.isnan(row["p_value"]) else bool(row["p_value"] < alpha)
             rows.append(row)
     return rows
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
 
 
 # ---- tables ---------------------------------------------------------------------------------
@@ -151,6 +148,7 @@ class Comparison:
     overall: list[dict[str, Any]]
     cells: list[dict[str, Any]]
     alpha: float
+    effective: PairedEffectiveLength | None = None  # a task swept over context_length: effective_length.py
 
     @property
     def keys(self) -> list[str]:
@@ -171,6 +169,8 @@ class Comparison:
         title = f"# {self.task}: {self.names[0]} vs {self.names[1]}"
         parts = [title, "", *(f"- {note}" for note in self.notes()), "", "## Overall", "",
                  markdown(*display_rows(self.overall, [], self.names))]
+        if self.effective is not None:
+            parts += ["", paired_markdown(self.names, self.effective)]
         if cells and self.keys:
             parts += ["", "## Per cell", "", markdown(*display_rows(self.cells, self.keys, self.names))]
         return "\n".join(parts) + "\n"
@@ -185,7 +185,8 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {"task": self.task, "a": {"run": self.run_a.path.name, "model": self.names[0]},
                 "b": {"run": self.run_b.path.name, "model": self.names[1]}, "alpha": self.alpha,
-                "group_by": self.keys, "overall": self.overall, "cells": self.cells}
+                "group_by": self.keys, "overall": self.overall, "cells": self.cells,
+                "effective_length": paired_json(self.effective) if self.effective is not None else None}
 
 
 def run_names(frame_a: pd.DataFrame, frame_b: pd.DataFrame, run_a: RunFolder, run_b: RunFolder) -> tuple[str, str]:
@@ -207,12 +208,14 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
     spec = task_spec(task, run_a.read_records())
     shared_side = [m for m in side_metrics(run_a) if m in side_metrics(run_b)]  # e.g. a judge both runs had
     spec = replace(spec, metrics=(*spec.metrics, *shared_side))
+    metric = headline_metric(spec)
     return Comparison(
         run_a=run_a, run_b=run_b, task=task, names=run_names(frame_a, frame_b, run_a, run_b), spec=spec,
         frame_a=frame_a, frame_b=frame_b, alpha=alpha,
         overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha, spec.cluster_key),
         cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha, spec.cluster_key)
         if spec.group_by else [],
+        effective=paired_effective_length(frame_a, frame_b, metric) if metric is not None else None,
     )
 
 
@@ -282,7 +285,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha:
 
 def _pairs(path_a: Path, path_b: Path) -> list[tuple[Path, Path]]:
     """Two run folders, or the runs of two suite results matched on task configuration."""
-    from .inputs import suite_runs
+    from evalsuite.runs.suite_result import suite_runs
 
     for path in (path_a, path_b):
         if not path.exists():

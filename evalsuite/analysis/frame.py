@@ -12,14 +12,15 @@ from typing import Any
 
 import pandas as pd
 
-from evalsuite.engine.records import RunFolder, open_run
-from evalsuite.registry import task_spec
+from evalsuite.analysis.task_of import task_spec
+from evalsuite.runs.records import open_run
+from evalsuite.runs.view import RunView
 
 from .side_scores import scored_records, side_metrics
 from .stats import mean_interval
 
 
-def run_frame(run: RunFolder) -> pd.DataFrame:
+def run_frame(run: RunView) -> pd.DataFrame:
     """One row per record: run, model, task, the sample's axes and scores as columns."""
     config = run.read_config()
     rows = []
@@ -32,8 +33,6 @@ def run_frame(run: RunFolder) -> pd.DataFrame:
         rows.append(row)
     frame = pd.DataFrame(rows)
     _numeric_metrics(frame, config["task"], side_metrics(run))
-    frame.attrs["config"] = config
-    frame.attrs["run_path"] = str(run.path)  # for tasks whose summary reads side files (judge verdicts)
     return frame
 
 
@@ -73,7 +72,7 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         row["n"] = _counted(part, metrics)
         row["errors"] = int(part["error"].notna().sum()) if "error" in part.columns else 0
         rows.append(row)
-    return [{k: _plain(v) for k, v in row.items()} for row in rows]
+    return [{k: plain(v) for k, v in row.items()} for row in rows]
 
 
 ERRORS_RULE = "a sample that failed with an error counts as a fail in a pass/fail rate (as in compare and check)"
@@ -101,8 +100,8 @@ def _counted(part: pd.DataFrame, metrics: Sequence[str]) -> int:
     return int((scored | failed).sum())
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars -> Python; NaN -> None (valid JSON)."""
+def plain(value: Any) -> Any:
+    """A table's value as plain Python for JSON: numpy scalars -> Python; NaN -> None (valid JSON)."""
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float) and math.isnan(value):

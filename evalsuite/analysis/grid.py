@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalsuite.engine.records import config_hash, write_json_atomic
-from evalsuite.registry import installed_task
+from evalsuite.analysis.task_of import installed_task
+from evalsuite.runs.records import config_hash, write_json_atomic
 
 from .compare import Comparison, compare, comparison_folder, write_comparison
 from .tables import display_rows, markdown

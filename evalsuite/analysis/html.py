@@ -22,10 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from evalsuite.engine.identity import identity_difference, task_identity
-from evalsuite.engine.records import Record, RunFolder, open_run
+from evalsuite.analysis.task_of import installed_task, task_spec
 from evalsuite.errors import UserError
-from evalsuite.registry import installed_task, task_spec
+from evalsuite.runs.identity import identity_difference, task_identity
+from evalsuite.runs.records import Record, RunFolder, open_run
+from evalsuite.runs.view import ReadOnlyRun
 from evalsuite.version import __version__
 
 from .compare import compare, comparison_plots
@@ -127,7 +128,7 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
     spec = replace(spec, metrics=(*spec.metrics, *side_metrics(run)))  # e.g. judged accuracy
     task = installed_task(run)
     model = config.get("model", {}).get("name", "?")
-    plots = _plots(task, frame, plot_dir / run.path.name, str(model))
+    plots = _plots(task, frame, run, plot_dir / run.path.name, str(model))
     if plots is None:  # no plots of its own, or its module is not installed here: the plots the run wrote
         plots = sorted(run.plots.glob("*.png"))
     samples = task.view(task).html_samples(records) if task is not None else None
@@ -143,12 +144,12 @@ def run_section(run: RunFolder, plot_dir: Path) -> str:
     ])
 
 
-def _plots(task: Any | None, frame: pd.DataFrame, folder: Path, title: str) -> list[Path] | None:
+def _plots(task: Any | None, frame: pd.DataFrame, run: RunFolder, folder: Path, title: str) -> list[Path] | None:
     """The task view's plots, drawn afresh into `folder` (made first, as views expect)."""
     if task is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    return view_plots(task, frame, folder, title)
+    return view_plots(task, frame, ReadOnlyRun(run), folder, title)
 
 
 def comparison_sections(runs: Sequence[RunFolder], plot_dir: Path) -> str:

@@ -1,6 +1,6 @@
-"""What `check` reads: each run's per-sample outcomes, from a run folder, a suite result or
-an exported baseline file; the matching of candidate runs to baseline runs; and each run
-pair's paired drops, over all samples and per cell of the task's gating axes.
+"""What `check` and `trend` read: each run's per-sample outcomes, from a run folder, a suite result
+or an exported baseline file, and candidate runs matched to baseline runs on their task
+configuration (`gate.py` measures each pair's drops).
 
 An exported baseline keeps the task configuration, the per-sample outcomes of
 each metric, each sample's cell of the task's gating axes and which metrics
@@ -10,22 +10,20 @@ the task gates, nothing else: small enough to commit next to the suite.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from evalsuite.engine.identity import identity_difference, task_identity
-from evalsuite.engine.records import RunFolder, open_run, write_json_atomic
+from evalsuite.analysis.task_of import task_spec
 from evalsuite.errors import UserError
-from evalsuite.registry import task_spec
+from evalsuite.runs.identity import identity_difference, task_identity
+from evalsuite.runs.records import RunFolder, open_run, write_json_atomic
+from evalsuite.runs.suite_result import RESULT_FORMAT, read_json_input, suite_runs
 from evalsuite.version import __version__
 
-from .compare import paired_values
-from .inputs import RESULT_FORMAT, read_json_input, suite_runs
 from .side_scores import scored_records, side_metrics
 
 BASELINE_FORMAT = "evalsuite-baseline"
@@ -187,105 +185,6 @@ def unjudged(cand: Outcomes, base: Outcomes) -> dict[str, int]:
     return counts
 
 
-# ---- the paired drops of a run pair -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Measured:
-    """One row (a metric over all samples or over one cell) of one run pair, before Holm."""
-
-    name: str
-    metric: str
-    n: int
-    baseline: float
-    candidate: float
-    drop: np.ndarray  # per sample, in the metric's good direction
-    clusters: list[Any] | None
-    cell: str = ALL
-    max_drop: float = 0.02
-    gated: bool = True
-
-
-def _goodness(values: np.ndarray, pass_fail: bool, lower_is_better: bool) -> np.ndarray:
-    if not lower_is_better:
-        return values
-    return 1.0 - values if pass_fail else -values
-
-
-def _paired_frames(cand: Outcomes, base: Outcomes) -> tuple[Any, Any]:
-    """Both runs' frames on their shared ids, in the candidate's (plan) order, with the candidate's
-    cells and whichever run's clusters are known."""
-    frame_c, frame_b = cand.frame(), base.frame()
-    shared = set(frame_b["id"])
-    common = [i for i in frame_c["id"] if i in shared]
-    if not common:
-        raise UserError(f"candidate run {cand.name} and baseline run {base.name} share no sample ids")
-    frame_c = frame_c.set_index("id").loc[common].reset_index()
-    frame_b = frame_b.set_index("id").loc[common].reset_index()
-    if cand.cells is not None or base.cells is None:
-        frame_b["cell"] = frame_c["cell"].to_numpy()
-    if base.clusters is None and cand.clusters is not None:
-        frame_b["cluster"] = frame_c["cluster"].to_numpy()
-    return frame_c, frame_b
-
-
-def wanted_metrics(cand: Outcomes, base: Outcomes, extra: Sequence[str] = ()) -> list[str]:
-    """What the gate tests on this pair: the task's default (primary and side scores; every metric of
-    either run for a task whose module is not installed) and those asked for that either run has.
-    Each must be in both runs (`check` refuses a pair where one lacks it: never a pass on nothing)."""
-    default = cand.gated if cand.gated is not None else base.gated
-    either = list(dict.fromkeys([*cand.scores, *base.scores]))
-    chosen = set(either if default is None else default) | {m for m in extra if m in either}
-    return [m for m in dict.fromkeys([*(default or ()), *either]) if m in chosen]
-
-
-def gated_metrics(cand: Outcomes, base: Outcomes, extra: Sequence[str] = ()) -> list[str]:
-    """The wanted metrics that both runs have, in the candidate's (the task's) order."""
-    wanted = set(wanted_metrics(cand, base, extra))
-    return [m for m in cand.scores if m in base.scores and m in wanted]
-
-
-def measure_pair(cand: Outcomes, base: Outcomes, tolerance: Callable[[str], float] = lambda metric: 0.02,
-                 metrics: Sequence[str] = ()) -> list[Measured]:
-    """Every shared metric's paired drop over all samples; a gated metric's (`gated_metrics`) also
-    per cell, each with its `tolerance(metric)`. A sample that failed with an error counts as a fail."""
-    refuse_broken_rates(cand, base)
-    frame_c, frame_b = _paired_frames(cand, base)
-    gated = gated_metrics(cand, base, metrics)
-    labels = list(dict.fromkeys(frame_b["cell"]))  # first appearance: the plan's order
-    rows = []
-    for metric in [m for m in cand.scores if m in base.scores]:
-        b_values, c_values, pass_fail, clusters = paired_values(frame_b, frame_c, metric, "cluster")
-        cells = np.asarray(paired_values(frame_b, frame_c, metric, "cell")[3] or [], dtype=object)
-        lower = metric in base.lower_is_better or metric in cand.lower_is_better
-        drop = _goodness(b_values, pass_fail, lower) - _goodness(c_values, pass_fail, lower)
-        subsets = [(ALL, np.ones(drop.size, dtype=bool))]
-        if metric in gated and len(labels) > 1:
-            subsets += [(label, cells == label) for label in labels]
-        for label, keep in subsets:
-            rows.append(Measured(
-                name=cand.name, metric=metric, n=int(keep.sum()),
-                baseline=float(np.mean(b_values[keep])) if keep.any() else math.nan,
-                candidate=float(np.mean(c_values[keep])) if keep.any() else math.nan,
-                drop=drop[keep], clusters=[c for c, k in zip(clusters, keep) if k] if clusters is not None else None,
-                cell=label, max_drop=tolerance(metric), gated=metric in gated))
-    return rows
-
-
-def refuse_broken_rates(cand: Outcomes, base: Outcomes) -> None:
-    """A metric that is pass/fail in one run (every value 0 or 1) cannot hold a value outside 0..1
-    in the other: that run's records are damaged, and gating them would call damage a regression."""
-    def numbers(run: Outcomes, metric: str) -> list[tuple[str, float]]:  # a baseline file may hold anything
-        return [(i, v) for i, v in zip(run.ids, run.scores[metric]) if isinstance(v, (int, float))]
-
-    for metric in [m for m in cand.scores if m in base.scores]:
-        for run, other in ((cand, base), (base, cand)):
-            values = [v for _, v in numbers(other, metric)]
-            if not values or any(v not in (0, 1) for v in values):
-                continue
-            bad = next(((i, v) for i, v in numbers(run, metric) if not 0 <= v <= 1), None)
-            if bad is not None:
-                raise UserError(f"{run.name}: {metric} is {bad[1]} in sample {bad[0]}, outside 0..1 where "
-                                f"{other.name} holds pass/fail values: its records are damaged; rerun it")
 
 
 def coverage_notes(pairs: Sequence[tuple[Outcomes, Outcomes]], unmatched: Sequence[Outcomes]) -> list[str]:

@@ -11,13 +11,16 @@ from typing import Any
 
 import pandas as pd
 
+from evalsuite.analysis.task_of import task_for_run
 from evalsuite.contracts import TaskView
-from evalsuite.engine.records import open_run
 from evalsuite.errors import UserError
-from evalsuite.registry import task_for_run
+from evalsuite.runs.records import open_run
+from evalsuite.runs.view import ReadOnlyRun, RunView
 
+from .effective_length import effective_length, headline_metric, report_markdown
 from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
+from .tables import markdown
 
 
 def format_rate(mean: float | None, low: float | None, high: float | None) -> str:
@@ -31,23 +34,30 @@ def format_rate(mean: float | None, low: float | None, high: float | None) -> st
 def markdown_table(rows: list[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
     """A markdown table: group keys, then each metric as 'mean [low, high]', then n."""
     header = list(keys) + [f"{m} (95% CI)" for m in metrics] + ["n"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    body = []
     for row in rows:
         cells = [str(row.get(k)) for k in keys]
         cells += [format_rate(row.get(m), row.get(f"{m}_low"), row.get(f"{m}_high")) for m in metrics]
         cells.append(str(row.get("n")))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return markdown(header, body)
 
 
-def view_plots(task: Any, frame: pd.DataFrame, folder: Path, title: str) -> list[Path] | None:
+def view_plots(task: Any, frame: pd.DataFrame, run: RunView, folder: Path, title: str) -> list[Path] | None:
     """The plots the task's view draws into `folder`, or None when its view keeps TaskView's
     (it draws none): the run's summary and report then name no plots at all."""
     view = task.view(task)
     if type(view).plots is TaskView.plots:
         return None
-    written: list[Path] = view.plots(frame, folder, title)
+    written: list[Path] = view.plots(frame, run, folder, title)
     return written
+
+
+def effective_section(task: Any, frame: pd.DataFrame) -> list[str]:
+    """The run's effective length when its task swept context lengths (effective_length.py), else nothing."""
+    metric = headline_metric(task)
+    found = effective_length(frame, metric) if metric is not None else None
+    return [report_markdown(str(frame["model"].iloc[0]), found)] if found is not None else []
 
 
 def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
@@ -68,10 +78,11 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
         errors = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
         sections.append(title + "\n\n" + markdown_table(rows, keys, metrics)
                         + f"\n\nn: scored and errored samples ({errors} errored); {ERRORS_RULE}")
-        section = task.view(task).report_section(run)  # e.g. judged accuracy, kept beside samples.jsonl
+        section = task.view(task).report_section(ReadOnlyRun(run))  # e.g. judged accuracy, kept beside samples.jsonl
         if section:
             sections.append(section)
-        written = view_plots(task, frame, run.plots, str(frame["model"].iloc[0])) if plots else None
+        sections += effective_section(task, frame)
+        written = view_plots(task, frame, ReadOnlyRun(run), run.plots, str(frame["model"].iloc[0])) if plots else None
         if written is not None:
             sections.append("plots: " + ", ".join(str(p) for p in written))
     return "\n\n".join(sections)

@@ -12,24 +12,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from evalsuite.engine.records import Record, RunFolder
-from evalsuite.registry import installed_task
+from evalsuite.analysis.task_of import installed_task
+from evalsuite.runs.records import Record
+from evalsuite.runs.view import ReadOnlyRun, RunView
 
 
-def side_scores(run: RunFolder) -> dict[str, dict[str, float | None]]:
+def side_scores(run: RunView) -> dict[str, dict[str, float | None]]:
     """Sample id -> {metric: value} from the task's side files; empty when it keeps none or
     its module is not installed here."""
     task = installed_task(run)
-    return {} if task is None else task.side_scores(run)
+    return {} if task is None else task.side_scores(ReadOnlyRun(run))
 
 
-def side_metrics(run: RunFolder, scores: dict[str, dict[str, float | None]] | None = None) -> tuple[str, ...]:
+def side_metrics(run: RunView, scores: dict[str, dict[str, float | None]] | None = None) -> tuple[str, ...]:
     """The extra metric names this run has, sorted."""
     scores = side_scores(run) if scores is None else scores
     return tuple(sorted({metric for values in scores.values() for metric in values}))
 
 
-def scored_records(run: RunFolder) -> list[Record]:
+def scored_records(run: RunView) -> list[Record]:
     """The run's records, each with its side scores merged into `scores`."""
     records = run.read_records()
     scores = side_scores(run)

@@ -43,10 +43,16 @@ def display_rows(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], names: 
     return header, body
 
 
-def markdown(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+def markdown(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    """A markdown table: every table the package writes (reports, comparisons, the paper, trackers)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines += ["| " + " | ".join(_cell(value) for value in cells) + " |" for cells in body]
     return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    """A value as one cell: a "|" or a line break inside it would break the table's row."""
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
 
 
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",

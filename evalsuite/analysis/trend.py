@@ -4,7 +4,7 @@ gate that checks every checkpoint against the one before it (or the best one bef
 The runs are those with a training step in their config.json (`evalsuite run --step N`, or a
 step read from the checkpoint folder). A series is one model family (the `checkpoint.family`
 the run recorded: the model's name without its step part) on one task configuration
-(`engine.identity.task_identity`): runs of different task parameters are never compared.
+(`runs.identity.task_identity`): runs of different task parameters are never compared.
 
 A point is one checkpoint's metric over one cell of the task's gating axes (needle: length x
 depth), or over all samples ("all"), with its 95% interval (`stats.mean_interval`: Wilson for
@@ -26,15 +26,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evalsuite.engine.identity import task_identity
-from evalsuite.engine.records import open_run
 from evalsuite.errors import UserError
+from evalsuite.runs.identity import task_identity
+from evalsuite.runs.records import open_run
+from evalsuite.runs.suite_result import suite_runs
 
-from .check import CheckResult, MetricCheck, Tolerances, check
+from .check import CheckResult, check
 from .compare import is_pass_fail, metric_values
-from .inputs import suite_runs
+from .gate import MetricCheck
 from .outcomes import ALL, Outcomes, run_outcomes
 from .stats import mean_interval
+from .tolerances import Tolerances
 
 AGAINST = ("previous", "best")
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from evalsuite.contracts import ModelAdapter, missing_capabilities
+from evalsuite.contracts import ModelAdapter, missing_capabilities, validate_adapter
 from evalsuite.errors import UserError, did_you_mean
 from evalsuite.registry import backend_names, get_backend, resolve_model_name
 
@@ -60,9 +60,12 @@ def resolve_spec(spec: str) -> tuple[str, str, str | None]:
 
 
 def load_model(spec: str, options: Mapping[str, str], device: str = "auto", batch_size: int = 8) -> ModelAdapter:
-    """The adapter a model spec names, loaded by its backend with the `-M` options."""
+    """The adapter a model spec names, loaded by its backend with the `-M` options, and checked
+    against the adapter contract (what it declares, it implements) before anything uses it."""
     kind, rest, label = resolve_spec(spec)
-    return get_backend(kind)(rest, options, device=device, batch_size=batch_size, label=label)
+    model = get_backend(kind)(rest, options, device=device, batch_size=batch_size, label=label)
+    validate_adapter(model, kind)
+    return model
 
 
 def check_model(spec: str, options: Mapping[str, str]) -> None:

@@ -36,7 +36,6 @@ class FakeOptions:
     delay: float = 0.0
     max_context: int = 1 << 20
     chat_template: bool = False
-    prefix_cache: bool = True  # accepted for --no-prefix-cache; the fake model has no cache
 
 
 class FakeModel:

@@ -1,7 +1,8 @@
 """Commands beyond the core five (run, report, compare, check, score): one module each.
 
-Each module defines one click command that parses its options and calls the library code
-that does the work; `COMMANDS` is what `evalsuite.cli` adds to the command group. A module
+Each module defines one click command that parses its options and calls `evalsuite.api`, the
+one front door to the library (as the core five in cli.py do); `COMMANDS` is what `evalsuite.cli`
+adds to the command group. A module
 here imports nothing heavy at import time (torch, pandas, transformers load inside the
 command), so `evalsuite --help` stays fast.
 """

@@ -33,9 +33,9 @@ def convert(state_dict: Path, out: Path, key_map: str | None, config_file: Path 
     config from --config and/or --arch with -C fields, every tensor checked against the shape the
     config gives it. A missing, unexpected or misshapen tensor is one line naming it (exit 2), and
     nothing is written."""
-    from evalsuite.convert import convert as run_convert
+    from evalsuite import api
     from evalsuite.params import split_pairs
 
-    done = run_convert(state_dict, out, key_map=key_map, config_file=config_file, arch=arch,
+    done = api.convert(state_dict, out, key_map=key_map, config_file=config_file, arch=arch,
                        fields=split_pairs(fields, "-C"), tokenizer=tokenizer, allow_pickle=allow_pickle)
     click.echo(f"written: {done.folder} ({done.model_type}, {done.tensors} tensors, {done.parameters:,} parameters)")

@@ -15,11 +15,7 @@ import click
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder to write under.")
 def export_cmd(runs: tuple[Path, ...], fmt: str, out: Path) -> None:
     """Write finished runs (folders or suite results) in lm-evaluation-harness's results layout."""
-    from evalsuite.analysis.inputs import run_folders
-    from evalsuite.errors import UserError
-    from evalsuite.integrations.lmeval_export import export_runs
+    from evalsuite import api
 
-    if not str(out).strip():
-        raise UserError("--out must name a folder")
-    for path in export_runs(run_folders(runs), out):
+    for path in api.export(runs, out, fmt=fmt):
         click.echo(f"written: {path}")

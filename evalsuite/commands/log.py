@@ -19,8 +19,7 @@ def log_cmd(runs: tuple[Path, ...], trackers: tuple[str, ...], project: str | No
             tensorboard_dir: Path | None) -> None:
     """Send finished runs (folders or suite results) to W&B or TensorBoard: summary metrics, plots and a
     samples table, at the run's training step."""
-    from evalsuite.analysis.inputs import run_folders
-    from evalsuite.integrations.trackers import log_runs
+    from evalsuite import api
 
-    log_runs(run_folders(runs), trackers, tensorboard_dir=tensorboard_dir, project=project,
-             on_sent=lambda run, tracker, where: click.echo(f"{run}: {tracker}: {where}"))
+    api.log(runs, trackers, tensorboard_dir=tensorboard_dir, project=project,
+            on_sent=lambda run, tracker, where: click.echo(f"{run}: {tracker}: {where}"))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from evalsuite.api import DEFAULT_MAX_DROP
+
 
 @click.command("trend")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -20,7 +22,7 @@ import click
 @click.option("--latest-only", is_flag=True,
               help="Gate only each series' latest checkpoint (CI: earlier ones were gated when they were new).")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]VALUE",
-              help="Tolerated drop, as for `evalsuite check` (default 0.02).")
+              help=f"Tolerated drop, as for `evalsuite check` (default {DEFAULT_MAX_DROP:g}).")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Also gate this metric per cell (repeatable), as for `evalsuite check`.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
@@ -36,7 +38,6 @@ def trend(runs: tuple[Path, ...], out: str, gate: bool, against: str, latest_onl
     checkpoint is checked against the previous one (or --against best) by `evalsuite check`'s
     per-cell gate: exit 1 when any checkpoint regressed, 0 otherwise, 2 on bad input."""
     from evalsuite import api
-    from evalsuite.analysis.trend import gate_lines, series_tables
 
     if (against != "previous" or latest_only) and not gate:
         raise click.UsageError("--against and --latest-only choose what --gate checks: add --gate")
@@ -49,7 +50,7 @@ def trend(runs: tuple[Path, ...], out: str, gate: bool, against: str, latest_onl
     result = api.trend(runs, out=Path(out), gate=against if gate else None, max_drop=default,
                        max_drop_by_metric=by_metric, metrics=metrics, alpha=alpha, allow_unjudged=allow_unjudged,
                        latest_only=latest_only, pooled_only=pooled_only)
-    click.echo("\n".join(series_tables(result, cells=False) + gate_lines(result, most=20)).rstrip())
+    click.echo(api.trend_text(result, most=20))
     for note in result.notes:
         click.echo(f"note: {note}")
     click.echo("written: " + ", ".join(str(path) for path in result.files))

@@ -20,11 +20,9 @@ def view(results: Path, port: int, write_file: Path | None) -> None:
     table and plots, every sample filterable by cell and by right/wrong, two runs of the same task side
     by side on one sample, and each comparison's table. Serves on 127.0.0.1 until Ctrl+C, or with
     --write writes one HTML file that opens anywhere, offline."""
-    from evalsuite import viewer
+    from evalsuite import api
 
     if write_file is not None:
-        click.echo(f"written: {viewer.write_page(results, write_file)}")
+        click.echo(f"written: {api.write_view(results, write_file)}")
         return
-    server = viewer.make_server(results, port)
-    click.echo(f"evalsuite view: serving {results} at {server.url} (Ctrl+C to stop)")
-    viewer.serve(server)
+    api.serve_view(results, port, lambda url: click.echo(f"evalsuite view: serving {results} at {url} (Ctrl+C to stop)"))

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from evalsuite.api import DEFAULT_MAX_DROP
+
 
 def _executor_options(values: tuple[str, ...]) -> dict[str, Any]:
     """`--executor-option gpus_per_node=1`: numbers as numbers, the rest as text (submitit's types)."""
@@ -48,7 +50,7 @@ def _executor_options(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--against", type=click.Choice(["previous", "best"]), default="previous", show_default=True,
               help="Gate each checkpoint against the previous one or the best one before it.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]VALUE",
-              help="Tolerated drop, as for `evalsuite check` (default 0.02).")
+              help=f"Tolerated drop, as for `evalsuite check` (default {DEFAULT_MAX_DROP:g}).")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME", help="Also gate this metric per cell.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of each gate.")
 @click.option("--webhook", default=None, metavar="URL", help="Post a failed gate here (Slack-compatible JSON).")

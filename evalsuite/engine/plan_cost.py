@@ -30,7 +30,10 @@ from typing import Any
 
 from evalsuite.contracts import ModelAdapter
 from evalsuite.errors import UserError
+from evalsuite.params import option_text
 from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Sample
+
+from .run_steps import STEP_FLAG, declared, given_as
 
 BUILD_BUDGET_S = 1.5  # seconds spent building prompts to count their tokens before counting from the plan
 SAMPLES_PER_GROUP = 3  # samples built per context length (their mean stands for the group)
@@ -234,8 +237,8 @@ def dry_run(task_name: str | None, specs: Sequence[str], *, suite: str | Path | 
         raise UserError("--scale and --data-dir are for --suite; with --task give its parameters with -T")
     entries: list[tuple[Any, int | None, Any]]  # (task, limit, its suite entry or None)
     if suite is not None:
-        from .suite_scales import SuiteSettings
-        from .suites import check_needs, load_suite
+        from .suite_run import check_needs
+        from .suites import SuiteSettings, load_suite
 
         if data_dir is not None and not data_dir.is_dir():
             raise UserError(f"--data-dir {data_dir} is not a folder")
@@ -251,21 +254,23 @@ def dry_run(task_name: str | None, specs: Sequence[str], *, suite: str | Path | 
         raise UserError("give --task NAME (see `evalsuite list`) or --suite FILE")
     text = describe(_costs(entries, specs, model_options, device, batch_size))
     if step:  # what comes after the model's outputs (a judge) is named, though not estimated
-        options = ", ".join(f"--{key.replace('_', '-')} {_text(value)}" for key, value in step.items())
+        options = ", ".join(_given(key, value) for key, value in step.items())
         text += f"\n\nthen the run step of the tasks that take it: {options} (its time is not in the estimate)"
     return text
 
 
 def _refuse_undeclared(task: Any, step: Mapping[str, Any]) -> None:
     """A run-step option (--judge) that the task does not take, refused as `run` refuses it."""
-    declared = {option.key for option in task.options}
+    mine = declared(task)
     for key in step:
-        if key not in declared:
-            raise UserError(f"task {task.name} has no judging step; drop --{key.replace('_', '-')}")
+        if key not in mine:
+            raise UserError(f"task {task.name} has no judging step; drop {given_as(key)}")
 
 
-def _text(value: Any) -> str:
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+def _given(key: str, value: Any) -> str:
+    """A step option as it was given: `--judge lexical`, or `-J key=value` for one with no flag."""
+    flag = given_as(key)
+    return f"{flag}={option_text(value)}" if flag.startswith(STEP_FLAG) else f"{flag} {option_text(value)}"
 
 
 def _costs(entries: Sequence[tuple[Any, int | None, Any]], specs: Sequence[str],
@@ -275,8 +280,7 @@ def _costs(entries: Sequence[tuple[Any, int | None, Any]], specs: Sequence[str],
     from evalsuite.backends import check_model, load_model
 
     from .runner import check_task, planned_samples
-    from .suite_scales import clipped
-    from .suites import refused_on
+    from .suite_run import clipped, refused_on
 
     for spec in specs[1:]:
         check_model(spec, model_options)

@@ -20,28 +20,34 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tqdm.auto import tqdm
 
 from evalsuite.analysis.frame import run_frame, summarize
 from evalsuite.analysis.report import view_plots
 from evalsuite.contracts import (
+    BATCH_LIMITS,
+    PREFIX_CACHE,
+    BatchLimits,
     ModelAdapter,
+    PrefixCaching,
     RunStep,
     Task,
+    offers,
     tell_expected_answers,
 )
 from evalsuite.errors import UserError, unknown
 from evalsuite.params import build_params, to_jsonable
 from evalsuite.registry import get_task
+from evalsuite.runs.identity import IDENTITY_RULE, run_identity, unversioned_identity
+from evalsuite.runs.records import Record, RunFolder, config_hash, prompt_fields, write_json_atomic
+from evalsuite.runs.view import ReadOnlyRun
 from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Output, Sample, output_to_json
 
 from . import progress
 from .code_versions import library_versions, rescore_outdated, task_versions, warn_untested
 from .distributed import World, barrier, device_for, shard, world_from_env
-from .identity import IDENTITY_RULE, run_identity, unversioned_identity
-from .records import Record, RunFolder, config_hash, prompt_fields, write_json_atomic
 from .steps import checkpoint_of, identity_with_step
 
 T = TypeVar("T")
@@ -58,6 +64,7 @@ class RunOptions:
     step: RunStep | None = None  # the task's own step over the saved outputs (judging); not part of the run hash
     checkpoint_step: int | None = None  # the training step (--step); else read from the checkpoint folder
     finished: Callable[[RunFolder], None] | None = None  # hears of each finished run folder (trackers); not hashed
+    prefix_cache: bool = True  # False (--no-prefix-cache): adapters that reuse shared prefixes do not; not hashed
 
 
 def make_task(name: str, raw: Mapping[str, str], seed: int | None = None) -> Task:
@@ -91,7 +98,7 @@ def _git_commit() -> str | None:
 
 def run_config(task: Task, model: ModelAdapter, options: RunOptions) -> dict[str, Any]:
     """The run's config.json: what was run (the full fingerprint, locations included, for the
-    reader) and `hash`, which covers content only (engine.identity.run_identity)."""
+    reader) and `hash`, which covers content only (runs.identity.run_identity)."""
     params, fingerprint = to_jsonable(task), model.fingerprint()
     checkpoint = checkpoint_of(fingerprint, options.checkpoint_step)  # the training step, when one is known
     versions = task_versions(task)
@@ -133,6 +140,8 @@ def check_writable(folder: Path) -> None:
 
 def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFolder:
     """Run (or resume) `task` on `model`; returns the completed run folder."""
+    if not options.prefix_cache and offers(model, PREFIX_CACHE):  # the same results: not part of the run's identity
+        cast(PrefixCaching, model).use_prefix_cache(False)
     state = check_task(task, model)
     samples = planned_samples(task, state, options.limit)
     if not samples:
@@ -160,7 +169,7 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
             _keep_backoff(model, run, halved)
             run.merge([s.id for s in samples])
             if options.step is not None:  # over the merged records, before the summary reads them
-                options.step.apply(run, options.progress)
+                options.step.apply(ReadOnlyRun(run), options.progress)
             finish(task, run)
         barrier(world)  # no rank reports a run before its summary exists
     progress.run_done()
@@ -192,8 +201,9 @@ def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder
 def _batch_limits(model: ModelAdapter) -> dict[str, Any]:
     """A backend that halves its batches on running out of memory says so in an optional
     `batch_limits`: {"rows", "tokens"} in force, "halvings": one entry per halving so far."""
-    limits = getattr(model, "batch_limits", None)
-    return limits if isinstance(limits, dict) else {"halvings": []}
+    if not offers(model, BATCH_LIMITS):
+        return {"halvings": []}
+    return cast(BatchLimits, model).batch_limits
 
 
 def _keep_backoff(model: ModelAdapter, run: RunFolder, halved_before: int) -> None:
@@ -302,8 +312,9 @@ def finish(task: AnyTask, run: RunFolder) -> dict[str, Any]:
         "overall": summarize(frame, (), task.metrics)[0],
         "cells": summarize(frame, task.group_by, task.metrics),
     }
-    summary.update(task.summary(frame))
-    plots = view_plots(task, frame, run.plots, config["model"]["name"])
+    view = ReadOnlyRun(run)  # what the task's hooks read: the run's records and config, never a way to change them
+    summary.update(task.summary(frame, view))
+    plots = view_plots(task, frame, view, run.plots, config["model"]["name"])
     if plots is not None:
         summary["plots"] = [p.name for p in plots]
     run.write_summary(summary)

@@ -1,59 +1,45 @@
-"""Suites: a small TOML file listing task configurations, run as one.
+"""Suites: a small TOML file listing task configurations, run as one; this module reads and checks one.
 
     name = "ci-smoke"          # optional; defaults to the file name without .toml
     description = "..."        # optional
+    default_scale = "quick"    # optional: the scale used when --scale is not given
 
     [[run]]
     task = "needle"            # a registered task
     name = "needle"            # optional label, unique in the suite; defaults to the task
     limit = 20                 # optional: only the first N samples of the plan
+    optional = true            # optional: skipped (one line saying what to provide) when it cannot run
+    needs_option = "judge"     # optional: a run-step option the entry cannot do without (--judge)
+    clip_to_context = "lengths"  # optional: a parameter of lengths; those over a model's context are left out
     [run.params]               # the task's -T parameters as TOML values
     lengths = [512, 1024]
+    data = "{data_dir}/icl/trec.jsonl"   # {data_dir}: the folder given with --data-dir
+    [run.without_data]         # the parameters used instead when that file is not there
+    data = ""                  # (here: the task's own hub dataset)
+    [run.scale.quick]          # parameters of one scale (--scale quick), over [run.params]
     samples = 4
 
-A string parameter may contain `{suite_dir}`, the folder holding the suite
-file, so that a suite can ship its small data files beside it, or `{data_dir}`,
-the folder given with `--data-dir`. Scales (`--scale`, `[run.scale.NAME]`),
-optional entries, entries clipped to a model's context and entries that need a
-run-step option (`--judge`) are described in `suite_scales.py`. The whole file
-is checked (keys, tasks, parameters, data files) before anything runs; when it
-runs, each entry is first prepared without a model (its data read, the packages
-it needs imported: lm-eval for zeroshot), so that a need the machine lacks stops
-the suite before its first entry, not after the entries before it ran.
-
-`evalsuite run --suite FILE --model M` makes an ordinary run folder per entry
-and a suite result file, `suite-<suite>-<model>.json`, that lists them; `check`
-and `report` accept that file wherever they accept a run folder.
+A string parameter may also contain `{suite_dir}`, the folder holding the suite file, so that a
+suite can ship its small data files beside it. The whole file is checked (keys, tasks, parameters,
+data files) before anything runs; what an entry lacks to run (a data file, a run-step option) is
+found here and told by `suite_run.check_needs` before the first entry runs, so a suite never
+fails after hours for a file, a dataset or a judge it could have asked for at the start. An entry
+is skipped, never failed, only when it says `optional = true`. The core names no task: what an
+entry needs is read from its own keys and from its task's `prepare(None)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from evalsuite.analysis.inputs import RESULT_FORMAT
 from evalsuite.errors import UserError, did_you_mean, unknown
 
-from .records import write_json_atomic
-from .suite_scales import (
-    ENTRY_KEYS,
-    SuiteSettings,
-    check_clip_parameter,
-    check_entry_keys,
-    chosen_scale,
-    clipped,
-    entry_needs,
-)
-
-if TYPE_CHECKING:
-    from evalsuite.contracts import ModelAdapter
-
-    from .runner import RunOptions
+from .run_steps import given_as
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,8 +47,28 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 SHIPPED = Path(__file__).parents[1] / "suites"  # evalsuite/suites: the package data holds the shipped suites
+ENTRY_KEYS = ("optional", "needs_option", "clip_to_context", "without_data", "scale")
+DATA_DIR = "{data_dir}"
 SUITE_KEYS = ("name", "description", "run", "default_scale")
 RUN_KEYS = ("task", "name", "limit", "params", *ENTRY_KEYS)
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """What the command line adds to a suite: its scale, the local data folder, the run-step options given."""
+
+    scale: str | None = None
+    data_dir: Path | None = None
+    step: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EntryNeeds:
+    """An entry's parameters once its scale and data folder are applied, and why it cannot run (None: it can)."""
+
+    params: dict[str, Any]
+    missing: str | None = None
+    local_hint: str | None = None  # the local files that would stand in for a dataset the task fetches itself
 
 
 @dataclass(frozen=True)
@@ -193,112 +199,101 @@ def load_suite(name_or_path: str | Path, seed: int | None = None, settings: Suit
     return Suite(name=name, description=str(raw.get("description", "")), path=path, entries=entries, scale=scale)
 
 
-# ---- running ---------------------------------------------------------------------------------
-
-def run_suite(suite: Suite, specs: Sequence[str], model_options: Mapping[str, str], device: str, batch_size: int,
-              options: RunOptions) -> list[Path]:
-    """Every entry on each model (loaded once); returns the suite result files."""
-    from .progress import overall
-    from .runner import for_each_model
-
-    suite = check_needs(suite)
-    if not suite.entries:
-        raise UserError(f"suite {suite.name}: every entry was skipped; provide what the lines above ask for")
-    with overall(len(specs) * len(suite.entries)):  # the overall ETA of progress lines counts every run
-        return for_each_model(specs, model_options, device, batch_size, options.out,
-                              lambda spec, model: _run_entries(suite, spec, model, options))
+# ---- scales, local data and what an entry needs ----------------------------------------------
 
 
-def check_needs(suite: Suite) -> Suite:
-    """Each entry prepared without a model: what it needs beyond a model (data files, a dataset,
-    lm-eval for zeroshot) is refused here, before the first entry runs. An optional entry that
-    cannot run is left out of the returned suite, with one line on stderr saying what to provide."""
-    kept, skipped = [], list(suite.skipped)
-    for entry in suite.entries:
-        why = entry.missing or _unprepared(entry)
-        if why is None:
-            kept.append(entry)
-        elif entry.optional:
-            skipped.append((entry, why))
-            print(f"skipped {entry.name!r} ({entry.task.name}): {why}", file=sys.stderr)
-        else:
-            raise UserError(f"suite {suite.name}, run {entry.name!r}: {why}")
-    return dataclasses.replace(suite, entries=tuple(kept), skipped=tuple(skipped))
+def suite_scales(runs: list[Any]) -> list[str]:
+    """Every scale some entry names, sorted."""
+    names = {name for raw in runs if isinstance(raw, dict) and isinstance(raw.get("scale"), dict)
+             for name in raw["scale"]}
+    return sorted(names)
 
 
-def refused_on(entry: SuiteEntry, task: Any, model: ModelAdapter) -> str | None:
-    """Why an optional entry clipped to this model's context cannot run on it (its documents too short
-    for that context), said in one line and skipped; None when it can, or when it is not optional (the
-    run then refuses it as it would any task)."""
-    from .runner import check_task
-
-    if not entry.optional:
+def chosen_scale(raw: Mapping[str, Any], runs: list[Any], settings: SuiteSettings, suite: str) -> str | None:
+    """The scale to apply: --scale, else the suite's default_scale; refused when the suite has no such scale."""
+    scales = suite_scales(runs)
+    scale = settings.scale if settings.scale is not None else raw.get("default_scale")
+    if scale is None:
         return None
-    try:
-        check_task(task, model)
-    except UserError as exc:
-        print(f"skipped {entry.name!r} ({task.name}) on {model.name}: {exc}", file=sys.stderr)
-        return str(exc)
-    return None
+    if not isinstance(scale, str):
+        raise UserError(f"suite {suite}: default_scale must be a string, got {scale!r}")
+    if not scales:
+        raise UserError(f"suite {suite} has no scales ([run.scale.NAME] tables); drop --scale")
+    if scale not in scales:
+        raise unknown(f"scale of suite {suite}", scale, scales)
+    return scale
 
 
-def _unprepared(entry: SuiteEntry) -> str | None:
-    """Why the entry's task cannot be prepared without a model (its data, its packages), or None."""
-    try:
-        entry.task.prepare(None)
-    except UserError as exc:
-        return f"{exc}; {entry.local_hint}" if entry.local_hint else str(exc)
-    return None
+def entry_needs(raw: Mapping[str, Any], scale: str | None, settings: SuiteSettings, where: str) -> EntryNeeds:
+    """The entry's parameters for `scale` with {data_dir} resolved, and what it lacks to run."""
+    params = dict(_table(raw, "params", where))
+    scales = _table(raw, "scale", where)
+    for name, table in scales.items():
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: [run.scale.{name}] must be a table of parameters")
+    if scale is not None:
+        params.update(scales.get(scale, {}))
+    params, lacking, fell_back = _with_data_dir(params, _table(raw, "without_data", where), settings.data_dir)
+    missing = "give --data-dir DIR holding " + ", ".join(lacking) if lacking else None
+    hint = "or give --data-dir DIR holding " + ", ".join(fell_back) if fell_back else None
+    option = raw.get("needs_option")
+    if option is not None:
+        if not isinstance(option, str):
+            raise UserError(f"{where}: needs_option must name a run-step option, got {option!r}")
+        key = option.lstrip("-").replace("-", "_")  # "judge", or written as its flag, "--judge"
+        if key not in settings.step and missing is None:
+            missing = f"give {given_as(key)} (a run-step option of its task: `evalsuite run --help`)"
+    return EntryNeeds(params, missing, hint)
 
 
-def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptions) -> Path:
-    from .distributed import world_from_env
-    from .runner import _safe, run_task
+def _table(raw: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {key} must be a table ([run.{key}])")
+    return value
 
-    runs, notes, skipped = [], {}, list(suite.skipped)
-    for entry in suite.entries:
-        limit = options.limit if options.limit is not None else entry.limit
-        task, note = clipped(entry.task, entry.clip, model.max_context)
-        if note is not None:
-            notes[entry.name] = note
-            print(f"note: {entry.name} on {model.name}: {note}", file=sys.stderr)
-        why = refused_on(entry, task, model) if note is not None else None  # clipped: its data may not reach
-        if why is not None:
-            skipped.append((entry, why))
+
+def _with_data_dir(params: dict[str, Any], without: Mapping[str, Any], data_dir: Path | None
+                   ) -> tuple[dict[str, Any], list[str], list[str]]:
+    """{data_dir} replaced by --data-dir; a file that is not there is replaced by the entry's
+    [run.without_data] value (listed in the third list), and with none the entry lacks it (the second)."""
+    out = dict(params)
+    lacking, fell_back = [], []
+    for key, value in params.items():
+        if not (isinstance(value, str) and DATA_DIR in value):
             continue
-        step = entry.step if entry.step is not None else options.step
-        runs.append((entry, run_task(task, model, dataclasses.replace(options, limit=limit, step=step))))
-    result: Path = options.out / f"suite-{_safe(suite.name)}-{_safe(model.name)}.json"
-    if not world_from_env().main:
-        return result  # rank 0 writes the suite result
-    _note_replaced(result, suite.scale, spec)
-    write_json_atomic(result, {
-        "format": RESULT_FORMAT, "version": 1, "suite": suite.name, "suite_file": str(suite.path),
-        "model": model.name, "model_spec": spec, "scale": suite.scale,
-        "runs": [{"name": entry.name, "task": entry.task.name, "run": run.path.name,
-                  "overall": json.loads(run.summary_path.read_text()).get("overall", {}),
-                  **({"note": notes[entry.name]} if entry.name in notes else {})}
-                 for entry, run in runs],
-        "skipped": [{"name": entry.name, "task": entry.task.name, "reason": why} for entry, why in skipped],
-    })
-    return result
+        resolved = value.replace(DATA_DIR, str(data_dir.resolve())) if data_dir is not None else None
+        if resolved is not None and Path(resolved).exists():
+            out[key] = resolved
+        elif key in without:
+            out[key] = without[key]
+            fell_back.append(value.replace(DATA_DIR, "DIR"))
+        else:
+            out.pop(key)
+            lacking.append(value.replace(DATA_DIR, "DIR"))
+    return out, lacking, fell_back
 
 
+def check_entry_keys(raw: Mapping[str, Any], where: str) -> None:
+    """The types of the keys this module reads (their names are checked with the others')."""
+    optional = raw.get("optional", False)
+    if not isinstance(optional, bool):
+        raise UserError(f"{where}: optional must be true or false, got {optional!r}")
+    clip = raw.get("clip_to_context")
+    if clip is not None and not isinstance(clip, str):
+        raise UserError(f"{where}: clip_to_context must name a parameter of lengths, got {clip!r}")
 
-def _note_replaced(result: Path, scale: str | None, spec: str) -> None:
-    """One line when this run replaces the result file of another scale or checkpoint: the file
-    lists the newest run of each model, and the older run folders stay beside it."""
-    try:
-        before = json.loads(result.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+
+def check_clip_parameter(task: Any, clip: str | None, where: str) -> None:
+    """clip_to_context names a parameter of the task that holds token lengths (a tuple of ints)."""
+    if clip is None:
         return
-    if isinstance(before, dict) and (before.get("scale"), before.get("model_spec")) != (scale, spec):
-        print(f"note: {result.name} listed the runs of {before.get('model_spec')} at scale {before.get('scale')}; "
-              f"it now lists {spec} at scale {scale} (the earlier run folders are kept; use another --out to "
-              "keep both results)", file=sys.stderr)
+    names = [f.name for f in dataclasses.fields(task)]
+    if clip not in names:
+        raise UserError(f"{where}: clip_to_context names {clip!r}, not a parameter of {task.name}"
+                        f"{did_you_mean(clip, names)}")
+    value = getattr(task, clip)
+    if not (isinstance(value, tuple) and all(isinstance(v, int) for v in value)):
+        raise UserError(f"{where}: clip_to_context names {clip!r}, which is not a list of lengths")
 
 
-def skipped_entries(result: Path) -> list[tuple[str, str]]:
-    """(entry name, why) of the entries a suite result file says were left out."""
-    data = json.loads(result.read_text(encoding="utf-8"))
-    return [(str(item["name"]), str(item["reason"])) for item in data.get("skipped", [])]

@@ -27,8 +27,8 @@ from typing import Any
 
 from evalsuite.backends.common.checkpoint import WEIGHT_SUFFIXES, check_weight_files, read_config
 from evalsuite.errors import UserError
+from evalsuite.runs.records import write_json_atomic
 
-from .records import write_json_atomic
 from .steps import step_from_name, step_from_trainer_state
 
 SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}\.")  # model-00001-of-00002.safetensors: one of several

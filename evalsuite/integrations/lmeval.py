@@ -21,39 +21,19 @@ tokenizes context and continuation and batches as it always does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, cast
 
 import lm_eval.models  # noqa: F401  (lm-eval fills its registry lazily only while it is empty)
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from evalsuite.contracts import ModelAdapter, TokenLoglikelihood
+from evalsuite.contracts import TOKEN_LOGLIKELIHOOD, ModelAdapter, TokenLoglikelihood, offers
 from evalsuite.engine.distributed import barrier, device_for, init, world_from_env
 from evalsuite.errors import UserError
-from evalsuite.types import GenerationRequest, LoglikelihoodRequest
-
-DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
-
-
-def loglikelihood_request(context: str, continuation: str) -> LoglikelihoodRequest:
-    """An lm-eval (context, continuation) pair as an evalsuite request, whitespace moved as lm-eval does."""
-    stripped = context.rstrip()
-    return LoglikelihoodRequest(context=stripped, continuation=context[len(stripped):] + continuation)
-
-
-def generation_request(context: str, gen_kwargs: Mapping[str, Any]) -> GenerationRequest:
-    """lm-eval's generation arguments as a greedy evalsuite request; sampling is refused."""
-    if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature", 0.0) or 0.0) > 0.0:
-        raise UserError("evalsuite models decode greedily; this task asks for sampling (do_sample/temperature)")
-    until = gen_kwargs.get("until") or ()
-    stop = (until,) if isinstance(until, str) else tuple(until)
-    max_new = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
-    return GenerationRequest(prompt=context, max_new_tokens=max_new, stop=stop)
-
-
-def _option_text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+from evalsuite.params import option_text
+from evalsuite.tasks.lmeval_requests import generation_request, loglikelihood_request
 
 
 @register_model("evalsuite")
@@ -72,7 +52,7 @@ class EvalsuiteLM(LM):
             from evalsuite.backends import load_model
 
             size = int(str(batch_size)) if str(batch_size or "").isdigit() else 8  # 'auto': the adapter caps memory
-            adapter = load_model(str(model), {k: _option_text(v) for k, v in options.items()},
+            adapter = load_model(str(model), {k: option_text(v) for k, v in options.items()},
                                  device=device_for(world, device or "auto"), batch_size=size)
         self.adapter = adapter
         self._device = getattr(adapter, "device", "cpu")
@@ -132,8 +112,8 @@ class EvalsuiteLM(LM):
         after the text before it (the adapter keeps as much of that as fits), so every token
         is predicted once, with as much context as the window allows."""
         texts = [r.args[0] for r in requests]
-        if isinstance(self.adapter, TokenLoglikelihood):
-            totals = self._rolling_token_windows(self.adapter, texts)
+        if offers(self.adapter, TOKEN_LOGLIKELIHOOD):
+            totals = self._rolling_token_windows(cast(TokenLoglikelihood, self.adapter), texts)
         else:
             pieces = [self._rolling_pieces(text) for text in texts]
             flat = [loglikelihood_request(text[:start], text[start:stop]) for text, spans in zip(texts, pieces)
@@ -178,3 +158,16 @@ class EvalsuiteLM(LM):
         for request, output in zip(requests, outputs):
             self.cache_hook.add_partial("generate_until", request.args, output)
         return outputs
+
+
+def run_lm_eval_cli(args: Sequence[str]) -> None:
+    """lm-eval's own command line, with this module's "evalsuite" model registered (`evalsuite lm-eval`)."""
+    import lm_eval.__main__ as lm_eval_main
+
+    # lm-eval's own default device is cuda:0; evalsuite's model picks the machine's device unless told
+    device = [] if any(a == "--device" or a.startswith("--device=") for a in args) else ["--device", "auto"]
+    argv, sys.argv = sys.argv, ["lm_eval", *args, *device]
+    try:
+        lm_eval_main.cli_evaluate()
+    finally:
+        sys.argv = argv

@@ -30,8 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evalsuite.engine.records import Record, RunFolder, open_run
 from evalsuite.errors import UserError
+from evalsuite.runs.records import Record, RunFolder, open_run
 from evalsuite.version import __version__
 
 FILTER = "none"  # evalsuite scores what the model said; lm-eval names that filter "none"
@@ -98,7 +98,7 @@ def _task_names(runs: Sequence[RunFolder]) -> list[str]:
 
 def _add_task(results: dict[str, Any], name: str, config: Mapping[str, Any], records: Sequence[Record],
               samples: Sequence[Mapping[str, Any]]) -> None:
-    from evalsuite.registry import task_spec
+    from evalsuite.analysis.task_of import task_spec
 
     spec = task_spec(str(config["task"]), records)
     metrics: dict[str, Any] = {"alias": name}

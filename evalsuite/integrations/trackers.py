@@ -1,7 +1,7 @@
 """Finished runs sent to experiment trackers: Weights & Biases and TensorBoard.
 
 A tracker gets what a finished run folder holds, read through the run-folder format
-(`engine.records.open_run`), never from a live model: the summary's metrics (overall and
+(`runs.records.open_run`), never from a live model: the summary's metrics (overall and
 per cell), the images under plots/, and a table of samples. Everything is keyed by the
 run's training step (config.json's `checkpoint.step`, 0 when the run has none), so runs of
 one model's checkpoints (one `checkpoint.family`) draw a curve over training.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsuite.engine.records import RunFolder, open_run
 from evalsuite.errors import UserError, first_line, unknown
+from evalsuite.runs.records import RunFolder, open_run
 
 PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}  # tracker -> the package it needs
 MAX_TABLE_ROWS = 10_000  # a samples table beyond this is cut (a tracker's page would not load it)
@@ -176,6 +176,8 @@ def send_tensorboard(content: RunContent, log_dir: Path) -> str:
     as images, samples as a markdown table."""
     from torch.utils.tensorboard import SummaryWriter
 
+    from evalsuite.analysis.tables import markdown as markdown_table
+
     folder = log_dir / content.series
     writer = SummaryWriter(log_dir=str(folder))
     try:
@@ -202,15 +204,6 @@ def _image_array(path: Path) -> Any:
     if pixels.ndim == 2:
         pixels = np.stack([pixels] * 3, axis=-1)
     return (np.clip(pixels[..., :3], 0.0, 1.0) * 255).round().astype(np.uint8)
-
-
-def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def text(value: Any) -> str:
-        return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(text(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def log_runs(paths: Sequence[str | Path], trackers: Iterable[str], *, tensorboard_dir: Path | None = None,

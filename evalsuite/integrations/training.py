@@ -28,8 +28,7 @@ from typing import Any
 
 from evalsuite.engine.watch import Candidate, Ledger
 from evalsuite.errors import UserError
-
-from .watch_loop import option_text
+from evalsuite.params import option_text
 
 MODES = ("process", "in-process")
 

@@ -73,9 +73,9 @@ class EvalJob:
             task = make_task(self.task, self.params, self.seed)
             runs = run_models(task, [checkpoint], self.model_options, self.device, self.batch_size, options)
             return [run.path for run in runs]
-        from evalsuite.analysis.inputs import suite_runs
-        from evalsuite.engine.suite_scales import SuiteSettings
-        from evalsuite.engine.suites import load_suite, run_suite
+        from evalsuite.engine.suite_run import run_suite
+        from evalsuite.engine.suites import SuiteSettings, load_suite
+        from evalsuite.runs.suite_result import suite_runs
 
         settings = SuiteSettings(scale=self.scale, data_dir=Path(self.data_dir) if self.data_dir else None)
         files = run_suite(load_suite(self.suite, self.seed, settings), [checkpoint], self.model_options, self.device,
@@ -93,8 +93,7 @@ class EvalJob:
             assert self.task is not None, "a job has a task or a suite"
             make_task(self.task, self.params, self.seed)
             return
-        from evalsuite.engine.suite_scales import SuiteSettings
-        from evalsuite.engine.suites import load_suite
+        from evalsuite.engine.suites import SuiteSettings, load_suite
 
         load_suite(self.suite, self.seed, SuiteSettings(scale=self.scale,
                                                         data_dir=Path(self.data_dir) if self.data_dir else None))

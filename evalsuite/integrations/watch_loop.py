@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP
 from evalsuite.engine.watch import Candidate, Entry, Ledger, Readiness, candidates, files_digest
 from evalsuite.errors import UserError
+from evalsuite.params import option_text
 
 from .watch_jobs import EvalJob, Outcome, executor_for
 from .webhook import check_url, message, post
@@ -41,7 +43,7 @@ class WatchSettings:
     once: bool = False
     until_step: int | None = None  # stop once a checkpoint at this step or later is done
     against: str = "previous"
-    max_drop: float = 0.02
+    max_drop: float = DEFAULT_MAX_DROP
     max_drop_by_metric: Mapping[str, float] = field(default_factory=dict)
     metrics: tuple[str, ...] = ()
     alpha: float = 0.05
@@ -152,7 +154,7 @@ class Watcher:
     def gate(self, candidate: Candidate, runs: Sequence[str]) -> dict[str, Any] | None:
         """The trend over the ledger's checkpoints and this one, written under OUT/trend; this
         checkpoint's gate as {verdict, failed, cells, against}, None when it is the first."""
-        from evalsuite.analysis.check import Tolerances
+        from evalsuite.analysis.tolerances import Tolerances
         from evalsuite.analysis.trend import trend
 
         s = self.settings
@@ -250,12 +252,3 @@ def watch_folder(folder: str | Path, *, task: str | None = None, suite: str | Pa
                   batch_size=batch_size, limit=limit, seed=seed, log_to=tuple(log_to), scale=scale,
                   data_dir=str(data_dir) if data_dir is not None else None, progress=progress)
     return Watcher(job, WatchSettings(folder=Path(folder), **settings), echo).run()
-
-
-def option_text(value: Any) -> str:
-    """A Python value as the `key=value` text the command line would take."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return ",".join(str(v) for v in value)
-    return str(value)

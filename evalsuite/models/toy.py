@@ -19,7 +19,7 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
 def tokenizer_corpus(sentences: int = 4000, seed: int = 0) -> list[str]:
     """Filler, needles and questions in the shapes the tasks produce."""
-    from evalsuite.tasks.haystack import builtin_sentences
+    from evalsuite.tasks.kit.filler import builtin_sentences
     from evalsuite.tasks.needle.task import CITIES, INSTRUCTION, NEEDLE, question_for
 
     rng = random.Random(seed)
@@ -75,7 +75,7 @@ def toy_config(kind: str, vocab_size: int, size: ToySize = ToySize()) -> Any:
     narrower (h*d inputs). The shipped toy-diff2 was trained so; see docs/toy-models.md."""
     from transformers import DiffLlamaConfig, LlamaConfig
 
-    from .diffllama_v2 import DiffLlamaV2Config
+    from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config
 
     common: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=size.hidden, intermediate_size=size.intermediate,

@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalsuite import compat
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 from evalsuite.tasks.needle.task import ANSWER_PREFIX, CITIES, Needle, question_for
 from evalsuite.types import Sample
 

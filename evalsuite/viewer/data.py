@@ -1,11 +1,11 @@
 """Everything the viewer shows, gathered from a results folder into one JSON-ready dict.
 
 Runs are the folders under the results folder that hold a run's config.json
-(read through the run-folder format, `engine.records`); comparisons are the
+(read through the run-folder format, `runs.records`); comparisons are the
 `compare-*` folders that hold a comparison.json (`analysis.compare`). Each run
 carries its summary table (`analysis.frame.summarize`), its plots, every
 sample, and the runs it pairs with: those of the same task identity
-(`engine.identity`), whatever their models.
+(`runs.identity`), whatever their models.
 
 Images are either embedded as data: URIs (a page written to one file) or named
 by their path under the results folder, which the server answers.
@@ -33,10 +33,10 @@ from evalsuite.analysis.frame import run_frame, summarize
 from evalsuite.analysis.report import format_rate
 from evalsuite.analysis.side_scores import scored_records, side_metrics
 from evalsuite.analysis.tables import display_rows
-from evalsuite.engine.identity import identity_difference, task_identity
-from evalsuite.engine.records import DamagedRun, RunFolder, open_run
+from evalsuite.analysis.task_of import TaskSpec, task_spec
 from evalsuite.errors import UserError
-from evalsuite.registry import TaskSpec, task_spec
+from evalsuite.runs.identity import identity_difference, task_identity
+from evalsuite.runs.records import DamagedRun, RunFolder, open_run
 from evalsuite.version import __version__
 
 from .samples import column_order, plain, sample_entries

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalsuite.engine.records import Record
+from evalsuite.runs.records import Record
 
 TEXT_LIMIT = 20_000  # characters kept of one prompt text or output: a 64K-token prompt would swamp the page
 RIGHT, WRONG, UNSCORED = "right", "wrong", ""

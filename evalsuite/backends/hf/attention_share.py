@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
 from evalsuite.backends.common.tokens import TokenRules
 from evalsuite.errors import UserError, first_line
+from evalsuite.modeling import compat
 from evalsuite.types import AttentionMass
 
 from . import diff_attention

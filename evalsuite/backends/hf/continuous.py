@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from evalsuite import compat
+from evalsuite.modeling import compat
 from evalsuite.types import GenerationRequest
 
 from .oom import BatchLimits

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from evalsuite import compat
 from evalsuite.backends.common.choices import END, ChoiceTrie
 from evalsuite.backends.common.tokens import TokenRules
+from evalsuite.modeling import compat
 from evalsuite.types import GenerationRequest, Loglikelihood, LoglikelihoodRequest
 
 from .continuous import ContinuousGenerator

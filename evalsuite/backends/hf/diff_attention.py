@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 
 MODES = ("one_pass", "transformers")
 # attention implementations whose kernels need the value as wide as the query (or run a wider

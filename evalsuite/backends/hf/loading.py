@@ -137,7 +137,7 @@ def check_shapes(spec: str, folder: str, config: Mapping[str, Any], options: HFO
     would explain it."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    import evalsuite.models.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
+    import evalsuite.modeling.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
 
     stored = safetensors_shapes(Path(folder), spec)
     if not stored:
@@ -177,7 +177,7 @@ def load_checkpoint(spec: str, options: HFOptions, device: str, gguf: bool, labe
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    import evalsuite.models.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
+    import evalsuite.modeling.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
     folder, gguf_file = checked(spec, options, gguf)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
-from evalsuite import compat
 from evalsuite.backends.common.checkpoint import (
     config_content_sha256,
     sha256_json,
@@ -31,10 +31,15 @@ from evalsuite.contracts import (
     ACTIVATION_PROBE,
     ATTENTION_ALLOCATION,
     ATTENTION_QUANTIZATION,
+    BATCH_LIMITS,
+    PREFIX_CACHE,
+    TOKEN_IDS,
+    TOKEN_LOGLIKELIHOOD,
     TOKEN_NLL,
     ActivationObserver,
 )
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 from evalsuite.params import build_params
 from evalsuite.types import AttentionMass, GenerationRequest, Loglikelihood, LoglikelihoodRequest
 
@@ -66,7 +71,8 @@ class HFModel:
         generation_config = getattr(model, "generation_config", None)
         self.eos_ids = eos_ids(tokenizer, getattr(generation_config, "eos_token_id", None))
         self.capabilities: frozenset[str] = frozenset({ATTENTION_QUANTIZATION, ACTIVATION_PROBE, ATTENTION_ALLOCATION,
-                                                         TOKEN_NLL})
+                                                         TOKEN_NLL, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, BATCH_LIMITS,
+                                                         PREFIX_CACHE})
         self.tokens = TokenRules(tokenizer, self.chat_template, self.eos_ids)
         self.prefix_cache = PrefixCache(model, self.tokens, options, self.device, self.max_context)
         self.decoder = Decoder(model, self.tokens, self.prefix_cache, options, self.device, self.batch_size,
@@ -158,6 +164,10 @@ class HFModel:
 
     def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Loglikelihood]:
         return self.decoder.loglikelihood_tokens(pairs)
+
+    def use_prefix_cache(self, on: bool) -> None:
+        """As -M prefix_cache=ON would have loaded it: the decoder and the prefix cache read the option."""
+        self.options = self.decoder.options = self.prefix_cache.options = replace(self.options, prefix_cache=on)
 
     # ---- capabilities: Capabilities, AttentionShare, TokenNLL ------------------------------
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
 from evalsuite.backends.common.tokens import PREFIX_TAIL, TokenRules
+from evalsuite.modeling import compat
 
 from .loading import HFOptions
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
+from evalsuite.modeling import compat
 
 # a shared beginning shorter than this is not worth a pass of its own (vLLM caches 16-token blocks)
 MIN_SHARED_TOKENS = 16

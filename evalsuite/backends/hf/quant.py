@@ -48,8 +48,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from evalsuite import compat
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 
 NAME = "evalsuite_absmax"  # the attention implementation name registered with transformers
 GRANULARITIES = ("tensor", "head", "row")

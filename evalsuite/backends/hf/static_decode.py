@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 from evalsuite.types import GenerationRequest
 
 WIDTH_STEP = 256  # cache widths are rounded up to this: fewer shapes, fewer compilations

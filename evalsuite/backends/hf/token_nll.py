@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from evalsuite import compat
 from evalsuite.errors import UserError
+from evalsuite.modeling import compat
 
 from .loading import HFOptions
 

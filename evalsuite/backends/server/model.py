@@ -33,7 +33,6 @@ class ServerOptions:
     tokenizer: str = ""  # folder, hub id or named model whose tokenizer counts tokens; "": the server's /tokenize
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template (rendered here)
     echo_max_tokens: int = 1  # max_tokens of a log-likelihood request: 1 suits every server, 0 some
-    prefix_cache: bool = True  # accepted for --no-prefix-cache; the server caches prefixes on its own
 
     def __post_init__(self) -> None:
         if not self.base_url:

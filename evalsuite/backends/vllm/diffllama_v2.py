@@ -1,4 +1,4 @@
-"""DIFF V2 as a vLLM model: `DiffLlamaV2ForCausalLM` folders (evalsuite.models.diffllama_v2)
+"""DIFF V2 as a vLLM model: `DiffLlamaV2ForCausalLM` folders (evalsuite.modeling.diffllama_v2)
 load as they are, and attention is one call of vLLM's own `Attention` layer on its paged KV cache.
 
 V2 needs no padding trick: its 2h query heads and h_kv key/value heads all have width d,
@@ -27,7 +27,7 @@ from vllm.model_executor.layers.linear import ColumnParallelLinear, QKVParallelL
 from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 
-import evalsuite.models.diffllama_v2  # noqa: F401  (registers the config type with transformers' AutoConfig)
+import evalsuite.modeling.diffllama_v2  # noqa: F401  (registers the config type with transformers' AutoConfig)
 
 
 class DiffLlamaV2Attention(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from evalsuite.backends.common.checkpoint import (
     weights_fingerprint,
 )
 from evalsuite.backends.common.tokens import TokenRules, eos_ids
-from evalsuite.contracts import TOKEN_NLL
+from evalsuite.contracts import PREFIX_CACHE, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, TOKEN_NLL
 from evalsuite.errors import UserError, first_line
 from evalsuite.params import build_params
 from evalsuite.types import GenerationRequest, Loglikelihood, LoglikelihoodRequest
@@ -45,7 +46,7 @@ class VLLMModel:
         self.eos_ids = eos_ids(tokenizer, generation_eos(source["path"]))
         self.tokens = TokenRules(tokenizer, self.chat_template, self.eos_ids)
         # token NLL comes from prompt log-probs; no hooks into vLLM's kernels for the others
-        self.capabilities: frozenset[str] = frozenset({TOKEN_NLL})
+        self.capabilities: frozenset[str] = frozenset({TOKEN_NLL, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, PREFIX_CACHE})
         self.cached_prompt_tokens = 0  # prompt tokens served from vLLM's prefix cache so far (benchmarks, tests)
         if self.chat_template and not getattr(tokenizer, "chat_template", None):
             raise UserError(f"-M chat_template=true but {self.name} has no chat template")
@@ -146,6 +147,10 @@ class VLLMModel:
         for i, output in zip(scored, outputs):
             out[i] = [-lp for lp, _ in scoring.token_logprobs(output, rows[i], len(rows[i]) - 1)]
         return out
+
+    def use_prefix_cache(self, on: bool) -> None:
+        """Off: every prompt read whole (vLLM's cache stays enabled; no request reads from it)."""
+        self.options = replace(self.options, prefix_cache=on)
 
     def _prompt_logprobs(self, rows: list[list[int]], scored: list[int]) -> list[Any]:
         """Outputs with prompt log-probs; where a prefix-cache hit covered a needed row, again

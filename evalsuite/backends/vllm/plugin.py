@@ -18,7 +18,7 @@ MODELS = {
 def register() -> None:
     from vllm import ModelRegistry
 
-    import evalsuite.models.diffllama_v2  # noqa: F401  (AutoConfig learns "diffllama_v2" in this process)
+    import evalsuite.modeling.diffllama_v2  # noqa: F401  (AutoConfig learns "diffllama_v2" in this process)
 
     for architecture, model_class in MODELS.items():
         ModelRegistry.register_model(architecture, model_class)

@@ -42,13 +42,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from evalsuite.contracts import ATTENTION_ALLOCATION, AttentionAllocation, ModelAdapter, TaskBase, TaskView
-from evalsuite.engine.records import RunFolder
 from evalsuite.errors import UserError
 from evalsuite.registry import register_task
+from evalsuite.runs.view import RunView
 from evalsuite.tasks.needle.task import ANSWER_PREFIX, NEEDLE, PRESETS, Needle, NeedleState
 from evalsuite.types import Sample
 
@@ -226,6 +225,6 @@ class Attention(TaskBase):
         per_layer = outputs[0]["per_layer"]
         return {f"{region}_share": sum(values) / len(values) for region, values in per_layer.items()}
 
-    def summary(self, frame: Any) -> dict[str, Any]:
-        records = RunFolder(Path(frame.attrs["run_path"])).read_records()
+    def summary(self, frame: Any, run: RunView) -> dict[str, Any]:
+        records = run.read_records()
         return {"by_depth": by_depth(frame), "by_layer": by_layer(records), "table": markdown_tables(frame, records)}

@@ -12,7 +12,6 @@ that registering the task stays cheap.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsuite.contracts import TaskView
-from evalsuite.engine.records import RunFolder
+from evalsuite.runs.view import RunView
 from evalsuite.tasks.needle.view import AXIS_LABELS, depth_length_grid, paired_counts, sample_counts, significance_marks
 
 if TYPE_CHECKING:
@@ -29,11 +28,6 @@ if TYPE_CHECKING:
 METRICS = {"answer_share": "answer", "noise_share": "noise"}  # metric -> region in the records
 SETTING = ["n_needles", "n_queries"]
 AXES = (AXIS_LABELS["context_length"], f"answer needle {AXIS_LABELS['depth']}")
-
-
-def _plain(value: Any) -> Any:
-    value = value.item() if hasattr(value, "item") else value
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _cell(mean: Any, low: Any, high: Any) -> str:
@@ -65,11 +59,10 @@ class AttentionView(TaskView):
 
     axis_labels = AXIS_LABELS
 
-    def plots(self, frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-        run = RunFolder(Path(frame.attrs["run_path"]))
+    def plots(self, frame: pd.DataFrame, run: RunView, folder: Path, title: str) -> list[Path]:
         return run_outputs(frame, run.read_records(), Path(folder), title)
 
-    def report_section(self, run: RunFolder) -> str:
+    def report_section(self, run: RunView) -> str:
         from evalsuite.analysis.frame import run_frame
 
         return markdown_tables(run_frame(run), run.read_records())
@@ -90,6 +83,7 @@ class AttentionView(TaskView):
 
 def by_depth(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (N, R) setting and answer depth, pooled over lengths: each share's mean and 95% interval."""
+    from evalsuite.analysis.frame import plain
     from evalsuite.analysis.stats import mean_interval
 
     rows = []
@@ -98,7 +92,7 @@ def by_depth(frame: pd.DataFrame) -> list[dict[str, Any]]:
         for metric in METRICS:
             mean, low, high = mean_interval(part[metric].astype(float).tolist())
             row.update({metric: mean, f"{metric}_low": low, f"{metric}_high": high})
-        rows.append({k: _plain(v) for k, v in row.items()})
+        rows.append({k: plain(v) for k, v in row.items()})
     return rows
 
 
@@ -223,6 +217,7 @@ def _difference_heatmap(diff: pd.DataFrame, counts: pd.DataFrame, marks: pd.Data
 def pair_table(frame_a: pd.DataFrame, frame_b: pd.DataFrame, names: tuple[str, str]) -> str:
     """Per setting and depth (pooled over lengths): both models' shares with 95% intervals and the
     paired difference a - b with its bootstrap interval and permutation p-value."""
+    from evalsuite.analysis.frame import plain
     from evalsuite.analysis.stats import mean_interval, paired_difference
 
     several = len(_settings(frame_a)) > 1
@@ -240,7 +235,7 @@ def pair_table(frame_a: pd.DataFrame, frame_b: pd.DataFrame, names: tuple[str, s
             test = paired_difference(a[keep], b[keep], pass_fail=False)
             shown = [str(v) for v in key] if several else [str(key[-1])]
             diff = "n/a" if not test["n"] else f"{test['diff']:+.3f} [{test['low']:.3f}, {test['high']:.3f}]"
-            lines.append("| " + " | ".join([*shown, region, _cell(*map(_plain, mean_interval(a[keep].tolist()))),
-                                            _cell(*map(_plain, mean_interval(b[keep].tolist()))), diff,
+            lines.append("| " + " | ".join([*shown, region, _cell(*map(plain, mean_interval(a[keep].tolist()))),
+                                            _cell(*map(plain, mean_interval(b[keep].tolist()))), diff,
                                             f"{test['p_value']:.3g}", str(test["n"])]) + " |")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Judging as the hallucination task's run step, and the `--judge*` options that ask for it.
+"""Judging as the hallucination task's run step, and the judge options that ask for it (`--judge J`, -J key=value).
 
 `evalsuite run --judge J` judges right after generation, `evalsuite score RUN... --judge J`
 judges finished runs again; both build the step through `Hallucination.run_step`. The
@@ -8,68 +8,71 @@ step reads each run's own task back from the run (its data, its samples), so one
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
-from evalsuite.contracts import TaskOption
-from evalsuite.engine.records import RunFolder
-from evalsuite.params import split_pairs
-from evalsuite.registry import task_for_run
+from evalsuite.analysis.task_of import task_for_run
+from evalsuite.errors import UserError
+from evalsuite.params import PathText, split_pairs
+from evalsuite.runs.view import RunView
 
 from .judges import Judge, JudgeOutcome, JudgeSettings, judge_missing, make_judge
 
-JUDGE_OPTIONS = (
-    TaskOption("--judge", {
-        "default": None,
-        "help": "Judge whether outputs are supported by their documents: openai:<model> (OpenAI-compatible "
-                "endpoint), hf:<model> (a local causal LM) or lexical (an offline heuristic)."}),
-    TaskOption("--judge-base-url", {
-        "default": "",
-        "help": "Chat-completions endpoint of an openai judge [default: $OPENAI_BASE_URL or "
-                "https://api.openai.com/v1]."}),
-    TaskOption("--judge-api-key-env", {
-        "default": "OPENAI_API_KEY", "show_default": True,
-        "help": "Environment variable holding the judge's API key (the key is never written anywhere)."}),
-    TaskOption("--judge-concurrency", {
-        "type": click.IntRange(min=1), "default": 4, "show_default": True,
-        "help": "Judge requests in flight at once."}),
-    TaskOption("--judge-retries", {
-        "type": click.IntRange(min=0), "default": 5, "show_default": True,
-        "help": "Retries of a judge request on 429, 5xx, timeouts and malformed replies."}),
-    TaskOption("--judge-backoff", {
-        "type": click.FloatRange(min=0), "default": 1.0, "show_default": True,
-        "help": "Seconds before the first retry; doubled for each further retry."}),
-    TaskOption("--judge-timeout", {
-        "type": click.FloatRange(min=0, min_open=True), "default": 120.0, "show_default": True,
-        "help": "Seconds to wait for one judge reply."}),
-    TaskOption("--judge-max-tokens", {
-        "type": click.IntRange(min=0), "default": 1024, "show_default": True,
-        "help": "Most tokens a judge may write (0: the endpoint's default)."}),
-    TaskOption("--judge-cache", {
-        "type": click.Path(path_type=Path), "default": None,
-        "help": "Response cache of openai judges [default: judge-cache.sqlite beside the run folders]."}),
-    TaskOption("--judge-option", {
-        "multiple": True, "metavar": "KEY=VALUE",
-        "help": "Backend option of an hf judge, like -M (e.g. --judge-option chat_template=true)."}),
-)
-DEFAULTS: dict[str, Any] = {o.key: o.settings.get("default", () if o.settings.get("multiple") else None)
-                            for o in JUDGE_OPTIONS}
+
+def _flag(flag: str, help_text: str) -> dict[str, str]:
+    return {"flag": flag, "help": help_text}
 
 
-def judge_step(values: Mapping[str, Any], *, out: Path, device: str, batch_size: int) -> JudgeStep | None:
-    """The step the `--judge*` values ask for (None without --judge); values left out take their
-    defaults. An openai judge's cache defaults to judge-cache.sqlite in `out`."""
-    given = {**DEFAULTS, **values}
-    if not given["judge"]:
+@dataclass(frozen=True)
+class JudgeOptions:
+    """The options of the judging step: `-J key=value`, or each one's flag (`--judge J` is `-J judge=J`)."""
+
+    judge: str = field(default="", metadata=_flag("--judge", (
+        "Judge whether outputs are supported by their documents: openai:<model> (OpenAI-compatible endpoint), "
+        "hf:<model> (a local causal LM) or lexical (an offline heuristic).")))
+    judge_base_url: str = field(default="", metadata=_flag("--judge-base-url", (
+        "Chat-completions endpoint of an openai judge [default: $OPENAI_BASE_URL or https://api.openai.com/v1].")))
+    judge_api_key_env: str = field(default="OPENAI_API_KEY", metadata=_flag("--judge-api-key-env", (
+        "Environment variable holding the judge's API key (the key is never written anywhere) "
+        "[default: OPENAI_API_KEY].")))
+    judge_concurrency: int = field(default=4, metadata=_flag("--judge-concurrency",
+                                                             "Judge requests in flight at once [default: 4]."))
+    judge_retries: int = field(default=5, metadata=_flag("--judge-retries", (
+        "Retries of a judge request on 429, 5xx, timeouts and malformed replies [default: 5].")))
+    judge_backoff: float = field(default=1.0, metadata=_flag("--judge-backoff", (
+        "Seconds before the first retry; doubled for each further retry [default: 1.0].")))
+    judge_timeout: float = field(default=120.0, metadata=_flag("--judge-timeout",
+                                                                "Seconds to wait for one judge reply [default: 120.0]."))
+    judge_max_tokens: int = field(default=1024, metadata=_flag("--judge-max-tokens", (
+        "Most tokens a judge may write (0: the endpoint's default) [default: 1024].")))
+    judge_cache: PathText = field(default=PathText(""), metadata=_flag("--judge-cache", (
+        "Response cache of openai judges [default: judge-cache.sqlite beside the run folders].")))
+    judge_option: tuple[str, ...] = field(default=(), metadata=_flag("--judge-option", (
+        "Backend option of an hf judge, like -M (e.g. --judge-option chat_template=true); repeatable.")))
+
+    def __post_init__(self) -> None:
+        for key, least, open_below in (("judge_concurrency", 1, False), ("judge_retries", 0, False),
+                                       ("judge_backoff", 0, False), ("judge_timeout", 0, True),
+                                       ("judge_max_tokens", 0, False)):
+            value = getattr(self, key)
+            if value < least or (open_below and value == least):
+                bound = f"above {least}" if open_below else f"at least {least}"
+                raise UserError(f"-J {key} must be {bound}, got {value}")
+
+
+def judge_step(options: JudgeOptions, *, out: Path, device: str, batch_size: int) -> JudgeStep | None:
+    """The step the judge options ask for (None without a judge). An openai judge's cache defaults
+    to judge-cache.sqlite in `out`."""
+    if not options.judge:
         return None
     settings = JudgeSettings(
-        spec=given["judge"], base_url=given["judge_base_url"], api_key_env=given["judge_api_key_env"],
-        concurrency=given["judge_concurrency"], retries=given["judge_retries"], backoff=given["judge_backoff"],
-        timeout=given["judge_timeout"], max_tokens=given["judge_max_tokens"], cache=given["judge_cache"],
-        options=split_pairs(given["judge_option"], "--judge-option"), device=device, batch_size=batch_size,
+        spec=options.judge, base_url=options.judge_base_url, api_key_env=options.judge_api_key_env,
+        concurrency=options.judge_concurrency, retries=options.judge_retries, backoff=options.judge_backoff,
+        timeout=options.judge_timeout, max_tokens=options.judge_max_tokens,
+        cache=Path(options.judge_cache) if options.judge_cache else None,
+        options=split_pairs(options.judge_option, "--judge-option"), device=device, batch_size=batch_size,
     )
     return JudgeStep(make_judge(settings, out / "judge-cache.sqlite"))
 
@@ -82,7 +85,7 @@ class JudgeStep:
         self.label = judge.label
         self._states: dict[Any, Any] = {}  # a run's task -> what its prepare(None) read (the rows), once
 
-    def judge_run(self, run: RunFolder, progress: bool = True) -> JudgeOutcome:
+    def judge_run(self, run: RunView, progress: bool = True) -> JudgeOutcome:
         """Judge the samples of `run` that have no verdict from this judge yet; rewrite judgements.md."""
         from .judges.tables import write_table
 
@@ -94,7 +97,7 @@ class JudgeStep:
         write_table(run.path)
         return outcome
 
-    def apply(self, run: RunFolder, progress: bool) -> str:
+    def apply(self, run: RunView, progress: bool) -> str:
         outcome = self.judge_run(run, progress)
         return f"{outcome.new} new verdicts from {outcome.label}"
 

@@ -30,24 +30,24 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from evalsuite.contracts import ModelAdapter, TaskBase
-from evalsuite.errors import UserError, first_line, unknown
+from evalsuite.errors import UserError, unknown
 from evalsuite.registry import register_task
-from evalsuite.tasks.fit_document import fit_document, kept_document
+from evalsuite.tasks.kit.data import Hub, load_table
+from evalsuite.tasks.kit.document import fit_document, kept_document
 from evalsuite.types import GenerationRequest, Sample, output_from_json
 
-from .step import JUDGE_OPTIONS, JudgeStep, judge_step
+from .step import JudgeOptions, JudgeStep, judge_step
 from .view import HallucinationView
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalsuite.engine.records import RunFolder
+    from evalsuite.runs.view import RunView
 
     from .judges import JudgeItem
 
@@ -97,7 +97,6 @@ SOURCES = {
     "2wikimqa": Source("answer", ("THUDM/LongBench", "2wikimqa", "test"), **_LONGBENCH, max_new_tokens=32,
                        stop=("\n",), instruction=_QA.format(what="passages"), document_label="Passages"),
 }
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
 # ---- reading datasets ------------------------------------------------------------------------
@@ -181,7 +180,7 @@ class Hallucination(TaskBase):
     primary_metric: ClassVar[str | None] = "empty_output"  # with the judged side scores, per dataset
     lower_is_better: ClassVar[tuple[str, ...]] = ("empty_output",)  # the gate reads a rise as a regression
     view = HallucinationView
-    options = JUDGE_OPTIONS  # --judge and its settings, on `evalsuite run` and `evalsuite score`
+    step_options = JudgeOptions  # --judge and its settings, on `evalsuite run` and `evalsuite score`
 
     dataset: str = "xsum"
     data: DataFile = DataFile()  # a local jsonl/csv/parquet file instead of the hub copy
@@ -223,26 +222,11 @@ class Hallucination(TaskBase):
         return self.data or f"{self.source.hub[0]} ({self.source.hub[1] or 'default'})"
 
     def _load_table(self) -> Any:
-        import datasets
-
-        datasets.disable_progress_bars()
         if self.data:
-            path = Path(self.data)
-            builder = FILE_BUILDERS.get(path.suffix.lower())
-            if not path.is_file():
-                raise UserError(f"-T data file not found: {self.data}")
-            if builder is None:
-                raise UserError(f"-T data must be a .jsonl, .json, .csv or .parquet file, got {path.name}")
-            try:
-                return datasets.load_dataset(builder, data_files=str(path), split="train")
-            except Exception as exc:  # datasets raises many types for a malformed file
-                raise UserError(f"cannot read {path} as {builder}: {first_line(exc)}") from None
+            return load_table(self.data, "-T data")
         hub, config, split = self.source.hub
-        try:
-            return datasets.load_dataset(hub, config, split=self.split or split)
-        except Exception as exc:  # offline, not found, gated...: all mean "use a local copy"
-            raise UserError(f"could not load {hub} from the Hugging Face hub ({first_line(exc)}); "
-                            "download it and pass -T data=PATH (jsonl, csv or parquet)") from None
+        return load_table(Hub(hub, config, self.split or split), self.dataset,
+                          advice="download it and pass -T data=PATH (jsonl, csv or parquet)")
 
     def read_rows(self) -> list[Row]:
         """Every usable row of the dataset, in its own order."""
@@ -318,12 +302,12 @@ class Hallucination(TaskBase):
 
     # ---- judging: the run step (step.py), repeatable with `evalsuite score` ---------------
 
-    def run_step(self, options: Mapping[str, Any], *, out: Path, device: str, batch_size: int) -> JudgeStep | None:
+    def run_step(self, options: JudgeOptions, *, out: Path, device: str, batch_size: int) -> JudgeStep | None:
         """Judging with the judge `--judge` names (None without one); its response cache
         defaults to judge-cache.sqlite in `out`, beside the run folders."""
         return judge_step(options, out=out, device=device, batch_size=batch_size)
 
-    def judge_items(self, run: RunFolder, state: HallucinationState) -> list[JudgeItem]:
+    def judge_items(self, run: RunView, state: HallucinationState) -> list[JudgeItem]:
         """What the judge sees for each saved record, rebuilt from the data and the record."""
         from .judges import JudgeItem
 
@@ -341,12 +325,12 @@ class Hallucination(TaskBase):
                                    question=sample.data["question"]))
         return items
 
-    def summary(self, frame: pd.DataFrame) -> dict[str, Any]:
+    def summary(self, frame: pd.DataFrame, run: RunView) -> dict[str, Any]:
         from .judges.tables import judge_summaries
 
-        return {"judges": judge_summaries(Path(frame.attrs["run_path"]))}
+        return {"judges": judge_summaries(run.path)}
 
-    def side_scores(self, run: RunFolder) -> dict[str, dict[str, float | None]]:
+    def side_scores(self, run: RunView) -> dict[str, dict[str, float | None]]:
         """Judged accuracy as metrics, two per judge with verdicts in the run, so that compare and
         check see a drop in it: `judged_<judge>` (None where unjudged: a judge error or no verdict
         yet) and `judged_<judge>_all` (unjudged counted as not True); the verdicts stay in judgements/."""

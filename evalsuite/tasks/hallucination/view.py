@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from evalsuite.contracts import TaskView
 
 if TYPE_CHECKING:
-    from evalsuite.engine.records import RunFolder
+    from evalsuite.runs.view import RunView
 
 
 class HallucinationView(TaskView):
-    def report_section(self, run: RunFolder) -> str:
+    def report_section(self, run: RunView) -> str:
         """Judged accuracy per judge with verdicts in the run (or how to judge it)."""
         from .judges.tables import judge_table
 

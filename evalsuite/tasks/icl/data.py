@@ -4,18 +4,19 @@ Two sources, one result (`IclData`: a demonstration pool, test candidates,
 readable label names and the prompt's field names):
 
 - a named dataset from the Hugging Face hub (`trec`, `trec-fine`,
-  `banking77`, `clinic150`), read with `datasets.load_dataset`; train split
-  for demonstrations, test split for questions;
-- a local jsonl, csv or parquet file (`-T data=PATH`), read with
-  `datasets.load_dataset("json"|"csv"|"parquet", data_files=PATH)`. A
+  `banking77`, `clinic150`); train split for demonstrations, test split for
+  questions;
+- a local jsonl, csv or parquet file, or a folder of them (`-T data=PATH`). A
   `split` column with `train` and `test` rows chooses the two sets; without
   one, a seeded shuffle holds out min(test_size, rows // 2) rows as the test
   set and the rest is the demonstration pool. A `cluster` column declares
   which questions share order effects (a topic, a source document); the order
   statistics then cluster by it instead of by the label (docs/statistics.md).
 
-Texts are collapsed onto one line (a demonstration is exactly two lines).
-Hub labels are mapped to readable strings; local labels are used as written.
+Both are read by the task kit's loader (`kit.data.load_table`, on
+`datasets.load_dataset`). Texts are collapsed onto one line (a demonstration
+is exactly two lines). Hub labels are mapped to readable strings; local labels
+are used as written.
 
 Then the seeded choices made from the loaded data: the test questions
 (`test_sample`), the label-balanced demonstration pool (`balanced_pool`) and
@@ -30,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsuite.errors import UserError, first_line
-
-LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+from evalsuite.errors import UserError
+from evalsuite.tasks.kit.data import Hub, load_table, require_columns
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,9 @@ def load_icl_data(dataset: str, data: str, text_field: str, label_field: str, te
 
 
 def load_hub(name: str) -> IclData:
-    import datasets
-
     spec = HUB_DATASETS[name]
-    try:
-        splits = datasets.load_dataset(spec.path, spec.config, revision=spec.revision)
-    except Exception as exc:  # offline, missing, or a changed hub repository: many error types, one message
-        raise UserError(f"could not load dataset {name} ({spec.path}): {first_line(exc)}; "
-                        f"use -T data=PATH for a local copy") from None
+    splits = load_table(Hub(spec.path, spec.config, split=None, revision=spec.revision), f"dataset {name}",
+                        advice="use -T data=PATH for a local copy")
     names = splits["train"].features[spec.label_field].names
     readable = [spec.readable(n) for n in names if n not in spec.drop_labels]
     parts = {}
@@ -142,29 +137,8 @@ def load_hub(name: str) -> IclData:
 
 
 def load_local(path_text: str, text_field: str, label_field: str, test_size: int, seed: int) -> IclData:
-    import datasets
-
-    datasets.disable_progress_bars()  # a small file loads in a blink; keep stderr for errors
-
-    path = Path(path_text).expanduser()
-    if path.is_dir():
-        raise UserError(f"-T data={path_text} is a folder; give a {', '.join(LOCAL_FORMATS)} file")
-    kind = LOCAL_FORMATS.get(path.suffix.lower())
-    if kind is None:
-        raise UserError(f"-T data={path_text}: unsupported file type {path.suffix or '(none)'}; "
-                        f"use {', '.join(LOCAL_FORMATS)}")
-    if not path.is_file():
-        raise UserError(f"-T data={path_text}: file not found")
-    if _is_empty(path):  # datasets says StopIteration, or "corresponds to no data", for an empty file
-        raise UserError(f"-T data={path_text} is empty: it holds no rows")
-    try:
-        table = datasets.load_dataset(kind, data_files=str(path.resolve()), split="train")
-    except Exception as exc:  # pyarrow, json and csv parsers each raise their own types for a bad file
-        raise UserError(f"could not read {path_text} as {kind}: {first_line(exc)}") from None
-    for role, column in (("text", text_field), ("label", label_field)):
-        if column not in table.column_names:
-            raise UserError(f"{path_text} has no {role} column {column!r} (columns: "
-                            f"{', '.join(table.column_names)}); set -T {role}_field=NAME")
+    table = load_table(path_text, "-T data")
+    require_columns(table, (("text", text_field), ("label", label_field)), path_text, hint="set -T {role}_field=NAME")
     label_feature = table.features[label_field]
     names = getattr(label_feature, "names", None)
     rows = []
@@ -178,7 +152,7 @@ def load_local(path_text: str, text_field: str, label_field: str, test_size: int
     if not rows:
         raise UserError(f"{path_text} has no rows with both {text_field!r} and {label_field!r} filled in")
     labels = tuple(names) if names else tuple(sorted({r[1] for r in rows}))
-    name = f"local:{path.name}"
+    name = f"local:{Path(path_text).expanduser().name}"
     if "split" in table.column_names:
         train, test = _by_split_column(rows, path_text)
         rule = "split column"
@@ -186,16 +160,6 @@ def load_local(path_text: str, text_field: str, label_field: str, test_size: int
         train, test = _held_out(rows, test_size, seed)
         rule = f"seeded hold-out of {len(test)} rows (seed {seed})"
     return IclData(name, train, test, labels, LOCAL_FIELDS, rule)
-
-
-def _is_empty(path: Path) -> bool:
-    """A file of zero bytes, or (a text format) of blank lines only; a large file is not read whole."""
-    size = path.stat().st_size
-    if size == 0:
-        return True
-    if path.suffix.lower() == ".parquet" or size > 1 << 20:
-        return False
-    return not path.read_bytes().strip()
 
 
 Row = tuple[str, str, Any, Any]  # text, label, split, cluster (None: not declared)

@@ -52,9 +52,9 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from evalsuite.contracts import ModelAdapter, TaskBase, TaskView
+from evalsuite.contracts import TOKEN_IDS, ModelAdapter, TaskBase, TaskView, TokenIds, offers
 from evalsuite.errors import UserError, unknown
 from evalsuite.params import CountList, PathText
 from evalsuite.registry import register_task
@@ -213,8 +213,9 @@ class Icl(TaskBase):
 
     def _measure(self, state: IclState, model: ModelAdapter) -> Measured:
         def tokenize(text: str) -> list[Any]:
-            encode = getattr(model, "encode", None)  # hf: token ids; else one token per byte
-            return encode(text, first=False) if encode else list(text.encode())
+            if offers(model, TOKEN_IDS):  # the model's own token ids; else one token per byte
+                return cast(TokenIds, model).encode(text, first=False)
+            return list(text.encode())
 
         fields = state.data.fields
         answers = tuple(shortest_unique_prefixes([" " + label for label in state.data.labels], tokenize))
@@ -344,7 +345,7 @@ class Icl(TaskBase):
 
     # ---- summary -------------------------------------------------------------------------
 
-    def summary(self, frame: Any) -> dict[str, Any]:
+    def summary(self, frame: Any, run: Any) -> dict[str, Any]:
         from .order import order_rows  # scipy and pandas load when a run is summarised, not at registration
 
         return {"icl": {"dataset": self.dataset if not self.data else f"local:{Path(self.data).name}",

@@ -20,7 +20,7 @@ class IclView(TaskView):
     axis_labels = {"n_shots": "demonstrations (shots)", "order": "order of the demonstrations",
                    "permutation": "demonstration order (permutation)"}
 
-    def plots(self, frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    def plots(self, frame: pd.DataFrame, run: Any, folder: Path, title: str) -> list[Path]:
         return draw_plots(frame, Path(folder), title)
 
     def pair_report(self, comparison: Any, folder: Path) -> list[Path]:

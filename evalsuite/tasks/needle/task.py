@@ -39,18 +39,16 @@ Choices the paper leaves open, made here and exposed as parameters:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from evalsuite.contracts import ModelAdapter, TaskBase
-from evalsuite.errors import UserError
 from evalsuite.registry import register_task
-from evalsuite.tasks.haystack import TextHaystack, builtin_sentences, load_haystack
-from evalsuite.tasks.haystack_ledger import PieceTokens, Supply, gather_supply, place_at_depth
+from evalsuite.tasks.kit import Haystack, Layout, build_prompt, cells, check_lengths
+from evalsuite.tasks.kit.numbers import grade, substring_hits
 from evalsuite.types import GenerationRequest, Sample
 
-from .scoring import grade, substring_hits
 from .view import NEEDLE as NEEDLE  # the needle sentence, part of the prompt's text like INSTRUCTION
 from .view import NeedleView, needle_sentences
 
@@ -77,6 +75,7 @@ PRESETS = {
     "paper-64k": {"lengths": ",".join(str(8192 * k) for k in range(1, 9)), "depths": "0,0.25,0.5,0.75,1",
                   "needles": "8", "queries": "1", "samples": "50"},
 }
+NeedleState = Haystack  # what a needle run reads besides its parameters: the haystack (kit.prompt)
 
 
 def question_for(cities: list[str]) -> str:
@@ -84,21 +83,6 @@ def question_for(cities: list[str]) -> str:
         return f"What is the magic number of {cities[0]}?"
     listed = ", ".join(cities[:-1]) + f" and {cities[-1]}"
     return f"What are the magic numbers of {listed}?"
-
-
-@dataclass(frozen=True)
-class NeedleState:
-    """What a needle run reads besides its parameters: the haystack's text (None: the built-in
-    filler), loaded once per run rather than once per sample."""
-
-    text: TextHaystack | None
-    # token counts of the haystack's words, per model, kept across samples: counted once a run
-    word_tokens: dict[str, PieceTokens] = field(default_factory=dict)
-
-    def tokens_for(self, model: ModelAdapter) -> PieceTokens:
-        if model.name not in self.word_tokens:
-            self.word_tokens[model.name] = PieceTokens(model.count_tokens)
-        return self.word_tokens[model.name]
 
 
 @register_task
@@ -147,18 +131,11 @@ class Needle(TaskBase):
             raise ValueError(f"-T samples={self.samples} is more than {MAX_SAMPLES_PER_CELL:,} per cell; "
                              "a typo? (the paper uses 50)")
 
-    # ---- plan ----------------------------------------------------------------------------
-
-    def plan(self, state: NeedleState | None) -> Iterator[Sample]:
-        """The samples depend on the parameters alone (`state`, the haystack, is for `requests`)."""
+    def plan(self, state: Haystack | None) -> Iterator[Sample]:
+        """The samples depend on the parameters alone (`state`, the haystack, is for `requests`);
+        shared haystacks put one haystack's prompts side by side, so they share a model call."""
         for n, r in zip(self.needles, self.queries):
-            if self.shared_haystack:  # one haystack's prompts side by side: they share a model call
-                cells = ((length, depth, index) for index in range(self.samples)
-                         for length in self.lengths for depth in self.depths)
-            else:
-                cells = ((length, depth, index) for length in self.lengths
-                         for depth in self.depths for index in range(self.samples))
-            for length, depth, index in cells:
+            for length, depth, index in cells(self.lengths, self.depths, self.samples, self.shared_haystack):
                 yield self._sample(n, r, length, depth, index)
 
     def _sample(self, n: int, r: int, length: int, depth: float, index: int) -> Sample:
@@ -174,94 +151,31 @@ class Needle(TaskBase):
         data = {"cities": cities, "numbers": numbers, "others": others, "filler_seed": rng.randrange(2**31)}
         return Sample(id=sample_id, task=self.name, axes=axes, target=tuple(numbers[:r]), data=data)
 
-    # ---- before a run: the haystack, and whether the model can hold the lengths ----------
-
-    def prepare(self, model: ModelAdapter | None) -> NeedleState:
-        """The haystack's text, loaded once per run; with a model, what refuses the run before
-        anything runs: a length it cannot hold, no room for the answer, a haystack too short."""
+    def prepare(self, model: ModelAdapter | None) -> Haystack:
+        """The haystack, loaded once per run; with a model, what refuses the run before anything
+        runs: a length it cannot hold, no room for the answer, a haystack too short."""
         if model is not None:
-            self._check_lengths(model)
-        state = NeedleState(load_haystack(self.haystack, self.haystack_field))
-        if model is not None and state.text is not None:
-            self._check_haystack(model, state.text)
+            check_lengths(model, self.lengths, self.tokens_per_query * max(self.queries))
+        state = Haystack.load(self.haystack, self.haystack_field)
+        if model is not None:
+            state.check(model, max(self.lengths))
         return state
 
-    def _check_lengths(self, model: ModelAdapter) -> None:
-        longest = max(self.lengths)
-        if longest > model.max_context:
-            raise UserError(f"length {longest} exceeds {model.name}'s maximum context of {model.max_context} tokens "
-                            "(-M max_context=N overrides)")
-        if min(self.lengths) <= self.tokens_per_query * max(self.queries):
-            raise UserError(f"length {min(self.lengths)} leaves no room for a prompt beside the answer budget of "
-                            f"{self.tokens_per_query * max(self.queries)} tokens")
-
-    def _check_haystack(self, model: ModelAdapter, text: TextHaystack) -> None:
-        available = model.count_tokens(" ".join(text.sentences))
-        if available < max(self.lengths):
-            raise UserError(f"haystack {self.haystack} holds {available} tokens, too short for length {max(self.lengths)}")
-
-    # ---- prompts -------------------------------------------------------------------------
-
-    def requests(self, sample: Sample, model: ModelAdapter, state: NeedleState
+    def requests(self, sample: Sample, model: ModelAdapter, state: Haystack
                  ) -> tuple[list[GenerationRequest], dict[str, Any]]:
-        cities, others = sample.data["cities"], sample.data["others"]
         r = sample.axes["n_queries"]
-        query = cities[:r]
+        query = sample.data["cities"][:r]
         needles = needle_sentences(sample.data)
         budget = self.tokens_per_query * r  # the answer's new tokens: prompt + budget = the length
-        target = sample.axes["context_length"] - budget
-        supply = self._supply(sample, state, model, target)
-        placed = place_at_depth(target, sample.axes["depth"], supply, needles[0], list(zip(others, needles[1:])),
-                                lambda haystack: self._render(model, haystack, query), model.count_tokens)
-        if placed.tokens < target - max(1.0, 0.01 * target):  # 1%, and a token at a seam on short prompts
-            raise UserError(
-                f"haystack {self.haystack} is too short to reach {target} tokens (got {placed.tokens})"
-            )
-        info = {
-            "prompt_tokens": placed.tokens,
-            "answer_budget": budget,
-            "haystack_sentences": placed.sentences,
-            "answer_boundary": placed.answer,  # haystack pieces (sentences, fragments, needles) before it
-            "needle_chars": [placed.prompt.index(n) for n in needles],
-            **self._depth(placed.prompt, needles[0], model, placed.marks),
-        }
-        request = GenerationRequest(
-            prompt=placed.prompt, max_new_tokens=budget, stop=("\n",) if r == 1 else ("\n\n",)
-        )
+        layout = Layout(INSTRUCTION)  # built per call: the module's text is what the prompt shows
+        built = build_prompt(model, state, tokens=sample.axes["context_length"] - budget, depth=sample.axes["depth"],
+                             item=needles[0], others=list(zip(sample.data["others"], needles[1:])),
+                             seed=sample.data["filler_seed"],
+                             render=lambda haystack: layout.render(model, haystack, question_for(query),
+                                                                   ANSWER_PREFIX.format(city=query[0])))
+        info = {**built.facts, "answer_budget": budget, "needle_chars": [built.prompt.index(n) for n in needles]}
+        request = GenerationRequest(prompt=built.prompt, max_new_tokens=budget, stop=("\n",) if r == 1 else ("\n\n",))
         return [request], info
-
-    @staticmethod
-    def _depth(prompt: str, needle: str, model: ModelAdapter, known: Mapping[int, int]) -> dict[str, Any]:
-        """Where the answer needle landed, in tokens: its offset in the prompt, and the share of
-        the haystack's other tokens (distractors and fragments included) that come before it.
-        `known`: counts of the prompt cut at some offsets, taken while it was built."""
-        start = prompt.index(INSTRUCTION) + len(INSTRUCTION) + 2  # after the blank line
-        end = prompt.rindex("\n\nQuestion:")
-        at = prompt.index(needle)
-
-        def tokens(upto: int) -> int:  # a trailing space cut: it belongs to the next word's token
-            return known[upto] if upto in known else model.count_tokens(prompt[:upto].rstrip(" "))
-
-        before = tokens(at) - tokens(start)
-        after = tokens(end) - tokens(at + len(needle))
-        return {"answer_token": tokens(at), "haystack_tokens": before + after,
-                "measured_depth": round(before / max(1, before + after), 4)}
-
-    def _render(self, model: ModelAdapter, haystack: str, query: list[str]) -> str:
-        user = f"{INSTRUCTION}\n\n{haystack}\n\nQuestion: {question_for(query)}"
-        answer = ANSWER_PREFIX.format(city=query[0])
-        if model.chat_template:
-            return model.format_user_turn(user, answer)
-        return f"{user}\nAnswer: {answer}"
-
-    def _supply(self, sample: Sample, state: NeedleState, model: ModelAdapter, target: int) -> Supply:
-        """Haystack sentences from a seeded source, counted, until they hold more than a prompt
-        of `target` tokens can use (a fit reaches past the target by a sentence at most)."""
-        rng = random.Random(sample.data["filler_seed"])
-        stream = state.text.stream(rng) if state.text else builtin_sentences(rng)
-        return gather_supply(stream, state.tokens_for(model), target * 1.02 + 256)
-
-    # ---- scoring -------------------------------------------------------------------------
 
     def score(self, sample: Sample, outputs: list[str]) -> dict[str, Any]:
         queried = sample.data["cities"][: len(sample.target)]

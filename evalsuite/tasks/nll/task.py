@@ -36,11 +36,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from evalsuite.contracts import TOKEN_NLL, ModelAdapter, TaskBase, TaskView
-from evalsuite.engine.records import RunFolder
 from evalsuite.errors import UserError
 from evalsuite.params import PathText
 from evalsuite.registry import register_task
-from evalsuite.tasks.haystack import builtin_sentences, dataset_column
+from evalsuite.runs.view import RunView
+from evalsuite.tasks.kit.data import load_texts
+from evalsuite.tasks.kit.filler import builtin_sentences
 from evalsuite.types import Sample
 
 from .view import NllView, curve_summary, document_counts
@@ -63,43 +64,15 @@ class Document:
 def load_documents(data: str, field: str, limit: int) -> list[Document]:
     """The first `limit` documents of a text file (blank-line separated), a folder of .txt
     files (one each) or a dataset column; a one-line UserError for anything unusable."""
-    if data.startswith("dataset:"):
-        documents = _dataset_documents(data, field, limit)
-    else:
-        path = Path(data).expanduser()
-        if path.is_dir():
-            documents = _folder_documents(path, limit)
-        elif path.is_file():
-            documents = [Document(f"{path.name}#{i}", block) for i, block in enumerate(_blocks(_read(path)))][:limit]
-        else:
-            raise UserError(f"nll data not found: {data} ({DATA_HELP})")
+    texts = load_texts(data, "nll data", field, limit, advice=DATA_HELP)
+    if data.startswith("dataset:") or Path(data).expanduser().is_dir():
+        documents = [Document(t.name, t.text) for t in texts]
+    else:  # one file: its documents are the runs of text between blank lines (single newlines kept)
+        blocks = [block.strip() for block in re.split(r"\n[ \t]*\n", texts[0].text) if block.strip()]
+        documents = [Document(f"{texts[0].name}#{i}", block) for i, block in enumerate(blocks)][:limit]
     if not documents:
         raise UserError(f"nll data {data} holds no documents")
     return documents
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read nll data file {path}: {exc}") from None
-
-
-def _blocks(text: str) -> list[str]:
-    """Documents of one file: runs of text between blank lines (single newlines kept)."""
-    return [block.strip() for block in re.split(r"\n[ \t]*\n", text) if block.strip()]
-
-
-def _folder_documents(folder: Path, limit: int) -> list[Document]:
-    files = sorted(folder.glob("*.txt"))[:limit]  # only the books used are read
-    if not files:
-        raise UserError(f"nll data folder {folder} holds no .txt files")
-    return [Document(f.name, _read(f)) for f in files]
-
-
-def _dataset_documents(spec: str, field: str, limit: int) -> list[Document]:
-    name, texts = dataset_column(spec, field, "nll", limit)
-    return [Document(f"{name}[{i}]", "" if text is None else str(text)) for i, text in enumerate(texts)]
 
 
 def builtin_text(seed: int, index: int, chars: int) -> str:
@@ -292,6 +265,6 @@ class Nll(TaskBase):
         middle = max(1, last // 2)
         return {"nll": sums[last] / last, "nll_second_half": (sums[last] - sums[middle]) / max(1, last - middle)}
 
-    def summary(self, frame: Any) -> dict[str, Any]:
-        records = RunFolder(Path(frame.attrs["run_path"])).read_records()
+    def summary(self, frame: Any, run: RunView) -> dict[str, Any]:
+        records = run.read_records()
         return {"documents": document_counts(records), "cumulative_nll": curve_summary(records)}

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsuite.contracts import TaskView
-from evalsuite.engine.records import Record, RunFolder
+from evalsuite.runs.records import Record
+from evalsuite.runs.view import RunView
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,11 +74,11 @@ class NllView(TaskView):
 
     axis_labels = {"context_length": "context length (tokens)"}
 
-    def plots(self, frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-        curves = curves_by_length(RunFolder(Path(frame.attrs["run_path"])).read_records())
+    def plots(self, frame: pd.DataFrame, run: RunView, folder: Path, title: str) -> list[Path]:
+        curves = curves_by_length(run.read_records())
         return [plot_curves({title: curves}, Path(folder) / "nll_cumulative.png")] if curves else []
 
-    def report_section(self, run: RunFolder) -> str:
+    def report_section(self, run: RunView) -> str:
         records = run.read_records()
         return markdown_curves(records[0].model if records else run.path.name, records)
 

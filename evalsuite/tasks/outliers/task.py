@@ -30,14 +30,13 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from evalsuite.contracts import ACTIVATION_PROBE, ModelAdapter, TaskBase, TaskView
-from evalsuite.engine.records import RunFolder
 from evalsuite.errors import UserError
 from evalsuite.registry import register_task
-from evalsuite.tasks.haystack import TextHaystack, builtin_sentences, load_haystack
+from evalsuite.runs.view import RunView
+from evalsuite.tasks.kit.filler import TextHaystack, builtin_sentences, load_haystack
 from evalsuite.types import Sample
 
 from .sketch import KINDS, MEDIAN_RELATIVE_ERROR, Sketch, median, merge, series_order
@@ -157,7 +156,7 @@ class Outliers(TaskBase):
             scores[f"{kind}_median"] = median(merged) if merged["count"] else None
         return scores
 
-    def summary(self, frame: Any) -> dict[str, Any]:
-        table = outlier_table(RunFolder(Path(frame.attrs["run_path"])))
+    def summary(self, frame: Any, run: RunView) -> dict[str, Any]:
+        table = outlier_table(run)
         return {"outliers": table, "median_relative_error_bound": MEDIAN_RELATIVE_ERROR,
                 "table": markdown_table(table, str(frame["model"].iloc[0]))}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalsuite.contracts import TaskView
-from evalsuite.engine.records import RunFolder
+from evalsuite.runs.view import RunView
 
 from .sketch import KINDS, TOP_RANKS, merge, series_order, statistics
 
@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 class OutliersView(TaskView):
     """The outliers table in reports, and the per-layer plot."""
 
-    def report_section(self, run: RunFolder) -> str:
+    def report_section(self, run: RunView) -> str:
         return markdown_table(outlier_table(run), run.read_records()[0].model)
 
-    def plots(self, frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-        table = outlier_table(RunFolder(Path(frame.attrs["run_path"])))
+    def plots(self, frame: pd.DataFrame, run: RunView, folder: Path, title: str) -> list[Path]:
+        table = outlier_table(run)
         return [outlier_layers(table["per_layer"], Path(folder) / "outliers_per_layer.png", title)]
 
 
@@ -50,7 +50,7 @@ def outlier_layers(per_layer: list[dict], path: Path, title: str) -> Path:
     return save(fig, Path(path))
 
 
-def outlier_table(run: RunFolder) -> dict[str, Any]:
+def outlier_table(run: RunView) -> dict[str, Any]:
     """Every shard's sketches merged: statistics per kind overall and per layer."""
     by_series: dict[str, list[dict[str, Any]]] = {}
     for record in run.read_records():

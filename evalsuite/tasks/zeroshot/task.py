@@ -272,7 +272,7 @@ class ZeroShot(TaskBase):
                  ) -> tuple[list[LoglikelihoodRequest], dict[str, Any]]:
         from lm_eval.utils import handle_non_serializable, hash_string
 
-        from evalsuite.integrations.lmeval import loglikelihood_request
+        from evalsuite.tasks.lmeval_requests import loglikelihood_request
 
         benchmark = state.benchmarks[sample.axes["benchmark"]]
         doc_id = sample.data["doc_id"]
@@ -294,6 +294,6 @@ class ZeroShot(TaskBase):
         scores["score"] = scores.get(PAPER_METRIC.get(benchmark.name, "acc"))
         return scores
 
-    def summary(self, frame: Any) -> dict[str, Any]:
+    def summary(self, frame: Any, run: Any) -> dict[str, Any]:
         rows = aggregate_rows(frame)
         return {"lm_eval": rows, "table": paper_table(rows)}

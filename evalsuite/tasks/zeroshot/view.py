@@ -11,7 +11,7 @@ from evalsuite.contracts import TaskView
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalsuite.engine.records import RunFolder
+    from evalsuite.runs.view import RunView
 
 PAPER_BENCHMARKS = ("arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
 PAPER_METRIC = {"hellaswag": "acc_norm"}  # every other benchmark: acc
@@ -23,12 +23,12 @@ class ZeroShotView(TaskView):
 
     axis_labels = {"bits": "attention logit bits (16 = none)"}
 
-    def report_section(self, run: RunFolder) -> str:
+    def report_section(self, run: RunView) -> str:
         from evalsuite.analysis.frame import run_frame
 
         return paper_table(aggregate_rows(run_frame(run)))
 
-    def plots(self, frame: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    def plots(self, frame: pd.DataFrame, run: RunView, folder: Path, title: str) -> list[Path]:
         if "bits" not in frame.columns:
             return []
         return [accuracy_vs_bits(aggregate_rows(frame), Path(folder) / "accuracy_vs_bits.png", title)]
@@ -63,6 +63,8 @@ def lm_eval_aggregate(metric: str, values: list[float]) -> tuple[float, float | 
 
 def aggregate_rows(frame: Any) -> list[dict[str, Any]]:
     """Per model, bits and benchmark: each metric's lm-eval aggregate, its stderr and n."""
+    from evalsuite.analysis.frame import plain
+
     keys = [k for k in ("model", "bits", "benchmark") if k in frame.columns]
     rows = []
     for key, part in frame.groupby(keys, sort=True):
@@ -72,13 +74,9 @@ def aggregate_rows(frame: Any) -> list[dict[str, Any]]:
                 continue
             values = part[metric].dropna().astype(float).tolist()
             value, stderr = lm_eval_aggregate(metric, values)
-            rows.append({**{k: _plain(v) for k, v in base.items()}, "metric": metric, "value": value,
+            rows.append({**{k: plain(v) for k, v in base.items()}, "metric": metric, "value": value,
                          "stderr": stderr, "n": len(values)})
     return rows
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
 
 
 def paper_table(rows: list[dict[str, Any]]) -> str:

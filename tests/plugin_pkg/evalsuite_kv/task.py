@@ -11,7 +11,7 @@ from evalsuite import GenerationRequest, Sample, TaskBase, TaskView, register_ta
 class KeyValueView(TaskView):
     """The task's presentation: a bar of accuracy per number of pairs."""
 
-    def plots(self, frame, folder: Path, title: str) -> list[Path]:
+    def plots(self, frame, run, folder: Path, title: str) -> list[Path]:
         from evalsuite.analysis.plots import save  # writes the figure to a file and closes it
         ax = frame.groupby("pairs")["correct"].mean().plot.bar(ylim=(0, 1), title=title)
         return [save(ax.figure, folder / "kv-accuracy.png")]

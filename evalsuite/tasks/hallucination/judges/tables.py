@@ -22,7 +22,7 @@ import pandas as pd
 
 from evalsuite.analysis.report import format_rate
 from evalsuite.analysis.stats import mcnemar_exact, wilson_interval
-from evalsuite.engine.records import open_run
+from evalsuite.runs.records import open_run
 
 from .store import JudgementFile, judgement_files, slug
 from .verdicts import label_for

@@ -1,0 +1,1 @@
+"""Non-literal needles (NoLiMa): the task, its needle sets and its view."""
