@@ -17,7 +17,7 @@ from evalsuite.analysis.tables import display_rows
 from evalsuite.backends import load_model
 from evalsuite.engine.runner import RunOptions, make_task, run_task
 from evalsuite.errors import UserError
-from evalsuite.runs.identity import PACKAGE_DIR, task_identity
+from evalsuite.runs.identity import task_identity
 from evalsuite.runs.records import Record, RunFolder, config_hash
 from evalsuite.tasks.needle.view import significance_marks
 
@@ -197,7 +197,9 @@ def test_compare_needs_existing_inputs(tmp_path, capsys):
 
 
 def test_identity_ignores_preset_and_where_the_package_is_installed():
-    shipped = str(PACKAGE_DIR / "suites" / "data" / "x.jsonl")
+    import evalsuite
+
+    shipped = str(Path(evalsuite.__file__).resolve().parent / "suites" / "data" / "x.jsonl")
     config = {"task": "icl", "params": {"data": shipped, "shots": "1,4", "preset": "smoke"}}
     assert task_identity(config) == {"task": "icl", "params": {"data": "<evalsuite>/suites/data/x.jsonl",
                                                                "shots": "1,4"}}
