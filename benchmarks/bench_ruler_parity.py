@@ -42,9 +42,9 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,19 @@ def prepare_inputs(work: Path) -> tuple[dict[str, str], Path]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "NLTK_DATA": str(work / "nltk_data"), "HF_DATASETS_CACHE": str(work / "datasets-cache")}
     return env, essays
+
+
+def timed_once(name: str, command: list[str], env: dict[str, str], cwd: Path, out: Path) -> tuple[float, float]:
+    """`timed`, kept in `out`/NAME.time.json beside the command's output: a benchmark stopped half-way
+    starts again at the first command it has no time for (whose partial output is removed first)."""
+    record = out / f"{name}.time.json"
+    if record.is_file():
+        wall, cpu = json.loads(record.read_text())
+        return wall, cpu
+    shutil.rmtree(out / name, ignore_errors=True)
+    result = timed(command, env, cwd=cwd)
+    record.write_text(json.dumps(result))
+    return result
 
 
 def lm_eval_command(folder: Path, tasks: list[str], out: Path, args: argparse.Namespace) -> list[str]:
@@ -152,6 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "evalsuite-bench"),
                         help="where the SmolLM2 folder, the filler essays and the NLTK stand-in live")
+    parser.add_argument("--out", help="the commands' outputs and times (default: WORK/ruler-parity); a "
+                        "rerun with the same --out times only the commands not yet timed")
     parser.add_argument("--subtasks", default=",".join(SUBTASKS))
     parser.add_argument("--lengths", default="1024,2048")
     parser.add_argument("--samples", type=int, default=20, help="per sub-task and length")
@@ -166,18 +181,19 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     folder = smollm2_folder(work)
     env, essays = prepare_inputs(work)
-    with tempfile.TemporaryDirectory() as scratch:
-        lm_rows, lm_times = {}, []
-        for subtask in args.subtasks:
-            out = Path(scratch) / "lm" / subtask
-            lm_times.append(timed(lm_eval_command(folder, [subtask], out, args), env, cwd=work))
-            lm_rows.update(lm_eval_rows(out, subtask))
-            print(f"lm-eval {subtask}: {lm_times[-1][0]:.1f} s wall, {lm_times[-1][1]:.1f} s CPU", flush=True)
-        ours_time = timed(evalsuite_command(folder, essays, Path(scratch) / "ours", args), env, cwd=work)
-        print(f"evalsuite: {ours_time[0]:.1f} s wall, {ours_time[1]:.1f} s CPU", flush=True)
-        one = timed(lm_eval_command(folder, args.subtasks, Path(scratch) / "lm-one", args), env, cwd=work) \
-            if args.one_command else None
-        report(lm_rows, evalsuite_rows(Path(scratch) / "ours"))
+    out = Path(args.out) if args.out else work / "ruler-parity"
+    out.mkdir(parents=True, exist_ok=True)
+    lm_rows, lm_times = {}, []
+    for subtask in args.subtasks:
+        lm_times.append(timed_once(f"lm-{subtask}", lm_eval_command(folder, [subtask], out / f"lm-{subtask}", args),
+                                   env, work, out))
+        lm_rows.update(lm_eval_rows(out / f"lm-{subtask}", subtask))
+        print(f"lm-eval {subtask}: {lm_times[-1][0]:.1f} s wall, {lm_times[-1][1]:.1f} s CPU", flush=True)
+    ours_time = timed_once("ours", evalsuite_command(folder, essays, out / "ours", args), env, work, out)
+    print(f"evalsuite: {ours_time[0]:.1f} s wall, {ours_time[1]:.1f} s CPU", flush=True)
+    one = timed_once("lm-one", lm_eval_command(folder, args.subtasks, out / "lm-one", args), env, work, out) \
+        if args.one_command else None
+    report(lm_rows, evalsuite_rows(out / "ours"))
     lm_wall, lm_cpu = sum(t[0] for t in lm_times), sum(t[1] for t in lm_times)
     print(f"time, {len(args.subtasks)} sub-tasks x {args.lengths} x {args.samples} samples on {args.device}, "
           f"batch {args.batch_size}:")

@@ -111,7 +111,7 @@ def test_prompts_are_lmeval_generators_for_the_seed_and_lengths(toy, subtask, le
     assert len(planned) == 6 * len(lengths)
 
 
-@pytest.mark.slow  # a real lm-eval process generating every sub-task
+@pytest.mark.slow  # a real lm-eval process: importing its RULER code alone takes half a minute
 def test_samples_are_those_of_a_real_lmeval_process(toy, tmp_path):
     """lm-eval itself builds its ruler_cwe task in a fresh process (its dummy model: only the samples are
     compared), with the draws its imports make after seeding; cwe's word draws never fall back into step

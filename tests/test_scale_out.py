@@ -80,7 +80,9 @@ def test_shards_keep_groups_together_and_balance_lengths():
 def test_two_ranks_merge_to_the_single_process_records(capsys, tmp_path, model, args):
     single = tmp_path / "single"
     assert invoke(capsys, "run", "--model", model, *args, "--out", str(single)).returncode == 0
-    code, log = finished(torchrun(2, "--model", model, *args, "--out", str(tmp_path / "ranks")))
+    # run from tmp_path, so that the ranks import the installed evalsuite, as this process does (from the
+    # source tree the toy model's folder is another path, and the run another run)
+    code, log = finished(torchrun(2, "--model", model, *args, "--out", str(tmp_path / "ranks"), cwd=tmp_path))
     assert code == 0, log
     folder = only_run(tmp_path / "ranks")
     assert not list(folder.glob("samples.rank*.jsonl"))

@@ -66,11 +66,10 @@ def prompt(model: Any, text: str, gen_prefix: str, delimiter: str) -> str:
     return str(model.format_user_turn(text + joint, gen_prefix))
 
 
-def generate(name: str, lengths: Sequence[int], seeds: tuple[int, int], count: Callable[[str], int],
+def generate(name: str, found: Setting, lengths: Sequence[int], seeds: tuple[int, int], count: Callable[[str], int],
              data: LocalData, split_sentences: bool) -> list[dict[str, Any]]:
-    """lm-eval's samples of sub-task `name` at `lengths` (in that order, as one lm-eval command makes
-    them), sized by `count`."""
-    found = setting(name)
+    """lm-eval's samples of sub-task `name` (its YAML's `found` settings) at `lengths` (in that order,
+    as one lm-eval command makes them), sized by `count`."""
     punkt(split_sentences)
     module = importlib.import_module(found.module)
     if isinstance(getattr(module, "RNG", None), random.Random):  # cwe's word shuffler, drawn from at each sample:

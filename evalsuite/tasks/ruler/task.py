@@ -93,8 +93,9 @@ class Ruler(TaskBase):
         settings = {s: generator.setting(s) for s in self.subtasks}
         made: list[Sample] = []
         for subtask in self.subtasks:
-            docs = generator.generate(subtask, self.lengths, (self.seed, self.numpy_seed), model.count_tokens,
-                                      local_data(option_for(subtask), sources[subtask]), subtask in ESSAY_SUBTASKS)
+            docs = generator.generate(subtask, settings[subtask], self.lengths, (self.seed, self.numpy_seed),
+                                      model.count_tokens, local_data(option_for(subtask), sources[subtask]),
+                                      split_sentences=subtask in ESSAY_SUBTASKS)
             made += samples_of(docs, subtask, self.lengths, self.samples, self.seed, self.depth_bins,
                                part=settings[subtask].rule.endswith("_part"))
         return RulerState(tuple(made), settings)
