@@ -199,13 +199,14 @@ def score(runs: Sequence[str | Path], step: Mapping[str, Any], *, device: str = 
 # ---- reading finished runs -------------------------------------------------------------------
 
 
-def report(runs: Sequence[str | Path], *, plots: bool = True) -> str:
+def report(runs: Sequence[str | Path], *, plots: bool = True, effective_share: float = 0.85) -> str:
     """Markdown tables (rate, 95% interval, n per cell) for finished runs or suite results;
-    each run's plots rewritten when `plots`."""
+    each run's plots rewritten when `plots`; a length-swept run's effective length counts the
+    lengths that keep `effective_share` of the shortest one's score (NoLiMa's 85% by default)."""
     from evalsuite.analysis.report import report_runs
     from evalsuite.runs.suite_result import run_folders
 
-    return report_runs(run_folders(runs), plots)
+    return report_runs(run_folders(runs), plots, effective_share)
 
 
 def html_report(runs: Sequence[str | Path], out_file: str | Path) -> Path:
@@ -226,15 +227,16 @@ def paper_report(results: str | Path, *, out: str | Path | None = None, baseline
 
 
 def compare(run_a: str | Path, run_b: str | Path, *, out: str | Path = "results",
-            alpha: float = 0.05) -> list[tuple[Comparison, Path]]:
-    """Paired comparison of two runs (or two suite results, run by run), each written under `out`."""
+            alpha: float = 0.05, effective_share: float = 0.85) -> list[tuple[Comparison, Path]]:
+    """Paired comparison of two runs (or two suite results, run by run), each written under `out`;
+    effective lengths as in `report`."""
     from evalsuite.analysis.compare import compare_inputs
 
     if not str(out).strip():
         raise UserError("out must name a folder (an empty name would write into the current folder)")
     if Path(run_a).resolve() == Path(run_b).resolve():
         raise UserError(f"compare needs two different runs; both are {run_a}")
-    return compare_inputs(run_a, run_b, out, alpha)
+    return compare_inputs(run_a, run_b, out, alpha, effective_share)
 
 
 def check(candidate: str | Path, baseline: str | Path, *, max_drop: float = DEFAULT_MAX_DROP,

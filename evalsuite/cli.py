@@ -27,6 +27,8 @@ OPTION_HELP = {
     "J": "Run-step option key=value, repeatable: a task's step over the saved outputs, such as the hallucination "
          "task's judge (e.g. -J judge=lexical -J judge_concurrency=8; each also has its flag, --judge ...).",
 }
+EFFECTIVE_SHARE_HELP = ("Effective length of a length-swept run: the longest length up to which every length keeps "
+                        "this share of the shortest length's score (NoLiMa's 85%).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -204,8 +206,9 @@ def _headline(summary: dict) -> str:
               help="With --paper: the HTML file to write (default RESULTS_DIR/paper-report.html; the .md beside it).")
 @click.option("--baseline", "paper_baseline", default=None, metavar="MODEL",
               help="With --paper: the baseline model (default: the one the suite run compared the others with).")
+@click.option("--effective-share", type=float, default=0.85, show_default=True, help=EFFECTIVE_SHARE_HELP)
 def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None, paper_dir: Path | None,
-           paper_out: Path | None, paper_baseline: str | None) -> None:
+           paper_out: Path | None, paper_baseline: str | None, effective_share: float) -> None:
     """Print a markdown table (rate, 95% interval, n per cell) for finished runs (folders or suite results);
     with --paper RESULTS_DIR, write the report shaped like the Differential Transformer paper instead."""
     if paper_dir is not None or paper_out is not None or paper_baseline is not None:
@@ -213,7 +216,7 @@ def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None, paper_di
         return
     if not runs:
         raise UserError("give run folders or suite results to report on (or --paper RESULTS_DIR)")
-    click.echo(api.report(runs, plots=plots))
+    click.echo(api.report(runs, plots=plots, effective_share=effective_share))
     if html_file is not None:
         click.echo(f"html report: {api.html_report(runs, html_file)}")
 
@@ -236,13 +239,14 @@ def _paper_report(runs: tuple[Path, ...], html_file: Path | None, paper_dir: Pat
 @click.option("--out", type=click.Path(), default="results", show_default=True, callback=out_folder,
               help="Folder under which the comparison folder is written.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired tests.")
-def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float) -> None:
+@click.option("--effective-share", type=float, default=0.85, show_default=True, help=EFFECTIVE_SHARE_HELP)
+def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float, effective_share: float) -> None:
     """Paired comparison of two runs of one task configuration (or of two suite results, run by run):
     tables in markdown, CSV and LaTeX, and difference plots."""
     note = api.version_note([run_a, run_b])
     if note is not None:
         click.echo(note, err=True)
-    for comparison, folder in api.compare(run_a, run_b, out=out, alpha=alpha):
+    for comparison, folder in api.compare(run_a, run_b, out=out, alpha=alpha, effective_share=effective_share):
         click.echo(comparison.markdown(cells=False))
         click.echo(f"written: {folder}\n")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,32 @@ def test_query_position_modes(toy_base, mode, rows):
         assert decoded == expected and probe.queries[-1] == len(probe.ids) - 1
 
 
+def test_generated_rows_are_those_of_the_models_own_answer(toy_base):
+    """The authors' reading: the model answers the needle prompt greedily and the rows that produced
+    its tokens are read; the answer is kept in the output."""
+    task, sample, probe, info = probe_for(toy_base, query_positions="generated", needles="2", queries="1")
+    needle_prompt = probe.prompt
+    assert probe.queries == () and "query_rows" not in info and probe.generation.prompt == needle_prompt
+    output = probe.measure(toy_base)
+    answer, rows = output["generated"], output["query_rows"]
+    assert answer == toy_base.generate([probe.generation])[0] and answer.startswith(f" {sample.data['numbers'][0]}")
+    ids, _ = toy_base.encode_with_offsets(needle_prompt + answer)
+    assert rows == list(range(len(probe.ids) - 1, len(ids) - 1))  # the prompt's last row, then each answer token's
+    assert toy_base.tokenizer.decode([ids[q + 1] for q in rows]) == answer
+    assert task.score(sample, [output])["answer_share"] > 0
+
+
+def test_a_generated_answer_equal_to_the_true_one_reads_the_teacher_forced_rows(toy_base):
+    """Cut to the true answer's tokens, the model's answer is the forced one, and so are the shares."""
+    _, sample, forced, _ = probe_for(toy_base, query_positions="answer")
+    _, _, probe, _ = probe_for(toy_base, query_positions="generated")
+    number = sample.data["numbers"][0]
+    cut = replace(probe, generation=replace(probe.generation, max_new_tokens=len(number) + 1))  # " " + digits
+    output, expected = cut.measure(toy_base), forced.measure(toy_base)
+    assert output["generated"] == f" {number}" and output["query_rows"] == list(forced.queries)
+    assert output["per_layer"] == expected["per_layer"]
+
+
 def test_softmax_regions_sum_to_one_and_distractors_are_noise(toy_base):
     task, sample, probe, _ = probe_for(toy_base, needles="3", queries="1", layers="0,-1")
     output = probe.measure(toy_base)
@@ -320,8 +347,29 @@ def test_cli_two_models_write_records_tables_heatmaps_and_their_difference(tmp_p
     assert overall["answer_share"]["n"] == 24 and not math.isnan(overall["noise_share"]["diff"])
 
 
+def test_a_generated_rows_run_keeps_each_answer_and_the_paper_report_says_whose_rows(tmp_path, capsys):
+    from evalsuite.paper.retrieval import _answer_rows
+    from evalsuite.runs.records import RunFolder
+
+    code, _, err = invoke(capsys, "run", "--model", "toy-diff", "--model", "toy-base", "--task", "attention",
+                          "-T", "lengths=256", "-T", "depths=0,1", "-T", "samples=1", "-T", "query_positions=generated",
+                          "--out", str(tmp_path), "--no-progress")
+    assert code == 0, err
+    found = [(name, RunFolder(next(tmp_path.glob(f"attention-{name}-*")))) for name in ("toy-diff", "toy-base")]
+    for _, run in found:
+        records = run.read_records()
+        assert len(records) == 2 and all(r.outputs[0]["generated"] and r.outputs[0]["query_rows"] for r in records)
+    assert "generated (-T query_positions=generated), as the paper reads them" in _answer_rows(found)
+    code, _, err = invoke(capsys, "run", "--model", "toy-base", "--task", "attention", "-T", "lengths=256",
+                          "-T", "depths=0", "-T", "samples=1", "--out", str(tmp_path / "forced"), "--no-progress")
+    assert code == 0, err
+    forced = [("toy-base", RunFolder(next((tmp_path / "forced").glob("attention-toy-base-*"))))]
+    assert "teacher-forced" in _answer_rows(forced) and "query_positions=answer, generated" in _answer_rows(
+        forced + found[1:])
+
+
 @pytest.mark.parametrize(("option", "message"), [
-    ("query_positions=middle", "-T query_positions must be one of answer, answer_prefix, last, question"),
+    ("query_positions=middle", "-T query_positions must be one of answer, generated, answer_prefix, last, question"),
     ("diff_norm=lambda2", "-T diff_norm must be one of lambda, lambda_init, none"),
     ("layers=4", "-T layers=4: toy-base has layers 0..3"),
     ("layers=1,1", "-T layers lists a layer twice"),

@@ -161,6 +161,25 @@ def test_compare_gives_both_models_and_their_difference(tmp_path, capsys):
     assert found["low"] <= 256 <= found["high"] and found["threshold"] == 0.85
 
 
+def test_the_share_to_keep_is_an_option_of_report_and_compare(tmp_path, capsys):
+    from conftest import invoke
+
+    a = hand_made_run(tmp_path / "a", "model-a", CURVE)
+    b = hand_made_run(tmp_path / "b", "model-b", {256: 10, 512: 5, 1024: 4, 2048: 2})
+    done = invoke(capsys, "report", str(a), "--no-plots", "--effective-share", "0.75")
+    assert done.code == 0, done.err
+    assert "### Effective length: model-a: 2048 tokens" in done.out and "keeps at least 75%" in done.out
+    done = invoke(capsys, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"), "--effective-share", "0.95")
+    assert done.code == 0, done.err
+    (saved,) = [json.loads(p.read_text()) for p in (tmp_path / "cmp").glob("*/comparison.json")]
+    assert saved["effective_length"]["threshold"] == 0.95 and saved["effective_length"]["a"]["value"] == 256
+    for command in (["report", str(a)], ["compare", str(a), str(b), "--out", str(tmp_path / "bad")]):
+        done = invoke(capsys, *command, "--effective-share", "1.5")
+        assert done.code == 2 and done.err.strip() == ("error: --effective-share: the share of the short-context score "
+                                                       "to keep must be in (0, 1], got 1.5")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_a_run_of_one_length_has_no_effective_length_section(tmp_path, capsys):
     from conftest import invoke
 

@@ -32,7 +32,15 @@ from evalsuite.errors import UserError
 from evalsuite.runs.identity import identity_difference, task_identity
 from evalsuite.runs.records import RunFolder, config_hash, open_run, write_json_atomic
 
-from .effective_length import PairedEffectiveLength, headline_metric, paired_effective_length, paired_json, paired_markdown
+from .effective_length import (
+    THRESHOLD,
+    PairedEffectiveLength,
+    check_share,
+    headline_metric,
+    paired_effective_length,
+    paired_json,
+    paired_markdown,
+)
 from .frame import plain, run_frame
 from .side_scores import side_metrics
 from .stats import paired_difference
@@ -195,10 +203,13 @@ def run_names(frame_a: pd.DataFrame, frame_b: pd.DataFrame, run_a: RunFolder, ru
     return names if names[0] != names[1] else (run_a.path.name, run_b.path.name)
 
 
-def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comparison:
-    """Pair two runs and test every declared metric, overall and per cell."""
+def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effective_share: float = THRESHOLD
+            ) -> Comparison:
+    """Pair two runs and test every declared metric, overall and per cell; effective lengths count the
+    lengths that keep `effective_share` of the shortest one's score."""
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
+    check_share(effective_share)
     run_a, run_b = open_run(path_a), open_run(path_b)
     for run in (run_a, run_b):
         if not run.complete:
@@ -215,7 +226,7 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05) -> Comp
         overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha, spec.cluster_key),
         cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha, spec.cluster_key)
         if spec.group_by else [],
-        effective=paired_effective_length(frame_a, frame_b, metric) if metric is not None else None,
+        effective=paired_effective_length(frame_a, frame_b, metric, effective_share) if metric is not None else None,
     )
 
 
@@ -307,12 +318,12 @@ def _pairs(path_a: Path, path_b: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def compare_inputs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05
-                   ) -> list[tuple[Comparison, Path]]:
+def compare_inputs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05,
+                   effective_share: float = THRESHOLD) -> list[tuple[Comparison, Path]]:
     """Compare two runs, or two suite results run by run; write each comparison under `out`."""
     written = []
     for run_a, run_b in _pairs(Path(path_a), Path(path_b)):
-        comparison = compare(run_a, run_b, alpha)
+        comparison = compare(run_a, run_b, alpha, effective_share)
         folder = comparison_folder(comparison, out)
         write_comparison(comparison, folder)
         written.append((comparison, folder))

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evalsuite.errors import UserError
+
 THRESHOLD = 0.85  # NoLiMa's: the share of the base score a length must keep
 LENGTH = "context_length"
 RESAMPLES = 2000
@@ -195,6 +197,14 @@ def paired_effective_length(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric
 def _check(threshold: float) -> None:
     if not 0 < threshold <= 1:
         raise ValueError(f"the share of the short-context score to keep must be in (0, 1], got {threshold}")
+
+
+def check_share(share: float) -> None:
+    """--effective-share as the commands take it: the same rule, as one line for the user."""
+    try:
+        _check(share)
+    except ValueError as exc:
+        raise UserError(f"--effective-share: {exc}") from None
 
 
 # ---- as text --------------------------------------------------------------------------------------------

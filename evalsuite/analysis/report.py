@@ -17,7 +17,7 @@ from evalsuite.errors import UserError
 from evalsuite.runs.records import open_run
 from evalsuite.runs.view import ReadOnlyRun, RunView
 
-from .effective_length import effective_length, headline_metric, report_markdown
+from .effective_length import THRESHOLD, check_share, effective_length, headline_metric, report_markdown
 from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
 from .tables import markdown
@@ -53,15 +53,18 @@ def view_plots(task: Any, frame: pd.DataFrame, run: RunView, folder: Path, title
     return written
 
 
-def effective_section(task: Any, frame: pd.DataFrame) -> list[str]:
-    """The run's effective length when its task swept context lengths (effective_length.py), else nothing."""
+def effective_section(task: Any, frame: pd.DataFrame, share: float = THRESHOLD) -> list[str]:
+    """The run's effective length (lengths keeping `share` of the shortest one's score) when its task swept
+    context lengths (effective_length.py), else nothing."""
     metric = headline_metric(task)
-    found = effective_length(frame, metric) if metric is not None else None
+    found = effective_length(frame, metric, share) if metric is not None else None
     return [report_markdown(str(frame["model"].iloc[0]), found)] if found is not None else []
 
 
-def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
-    """Markdown tables for finished runs (and their plots rewritten when asked)."""
+def report_runs(paths: Iterable[str | Path], plots: bool = True, effective_share: float = THRESHOLD) -> str:
+    """Markdown tables for finished runs (and their plots rewritten when asked); the effective length
+    counts the lengths that keep `effective_share` of the shortest one's score."""
+    check_share(effective_share)
     sections = []
     for path in paths:
         run = open_run(path)
@@ -81,7 +84,7 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True) -> str:
         section = task.view(task).report_section(ReadOnlyRun(run))  # e.g. judged accuracy, kept beside samples.jsonl
         if section:
             sections.append(section)
-        sections += effective_section(task, frame)
+        sections += effective_section(task, frame, effective_share)
         written = view_plots(task, frame, ReadOnlyRun(run), run.plots, str(frame["model"].iloc[0])) if plots else None
         if written is not None:
             sections.append("plots: " + ", ".join(str(p) for p in written))

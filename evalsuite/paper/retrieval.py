@@ -170,12 +170,24 @@ def attention(runs: PaperRuns, figures: Path) -> Section:
         readings += [f"{label}: {line}" for line in lines]
     notes = ["shares of the attention from the answer positions (BOS and the query excluded), averaged over layers "
              "and heads; DIFF maps are the differential map normalised by 1 − λ; the paper gives a range over depths, "
-             "shown on every depth's row",
-             "the answer positions are the needle's answer tokens fed teacher-forced after the question (the "
-             "reference answer), where the paper reads the tokens the model generated: a model that answers wrongly "
-             "is still measured on the right answer (docs/attention.md)"] + _negative_noise(found)
+             "shown on every depth's row", _answer_rows(found)] + _negative_noise(found)
     return Section(key=key, title=TITLES[key], readings=readings, tables=tables, published=published(key),
                    notes=notes)
+
+
+def _answer_rows(found: list[tuple[str, RunFolder]]) -> str:
+    """Which rows the attention tables read: the reference answer fed teacher-forced (the default), or
+    each model's own generated answer as the paper reads it."""
+    modes = {str(run.read_config()["params"].get("query_positions", "answer")) for _, run in found}
+    if modes == {"generated"}:
+        return ("the answer positions are those of the answer each model generated (-T query_positions=generated), "
+                "as the paper reads them")
+    if modes == {"answer"}:
+        return ("the answer positions are the needle's answer tokens fed teacher-forced after the question (the "
+                "reference answer), where the paper reads the tokens the model generated: a model that answers "
+                "wrongly is still measured on the right answer; -T query_positions=generated reads the paper's rows "
+                "(docs/attention.md)")
+    return f"the rows read are -T query_positions={', '.join(sorted(modes))} (docs/attention.md)"
 
 
 def _negative_noise(found: list[tuple[str, RunFolder]]) -> list[str]:

@@ -210,7 +210,7 @@ class ContinuousGenerator:
         running.mask = torch.cat([running.mask, running.mask.new_ones((len(feed), 1))], dim=1)
         running.positions = running.positions + 1
         token_ids = torch.tensor(feed, dtype=torch.long, device=decoder.device)[:, None]
-        self.attempt = tuple(running.mask.shape)  # type: ignore[assignment]
+        self.attempt = tuple(running.mask.shape)
         out = decoder.decode_step(token_ids, running.mask, running.positions, running.cache)
         running.cache = compat.returned_cache(out)
         running.logits = out.logits[:, -1]

@@ -198,7 +198,7 @@ def load_checkpoint(spec: str, options: HFOptions, device: str, gguf: bool, labe
             why = "the weights' tensors do not match the model config.json describes (names or shapes)"
         raise UserError(f"could not load {spec}: {why}") from None
     if options.load_in == "none":  # bitsandbytes models are placed at load and cannot be moved
-        model.to(torch_device)  # type: ignore[arg-type]
+        model.to(torch_device)
     model.eval()
     from .diff_attention import install
 

@@ -45,7 +45,8 @@ class VLLMModel:
         self.max_context = int(llm.model_config.max_model_len)
         self.eos_ids = eos_ids(tokenizer, generation_eos(source["path"]))
         self.tokens = TokenRules(tokenizer, self.chat_template, self.eos_ids)
-        # token NLL comes from prompt log-probs; no hooks into vLLM's kernels for the others
+        # all from vLLM's outputs (prompt log-probs, its tokenizer, its prefix cache); no hooks into its
+        # kernels, so none of the attention or activation capabilities
         self.capabilities: frozenset[str] = frozenset({TOKEN_NLL, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, PREFIX_CACHE})
         self.cached_prompt_tokens = 0  # prompt tokens served from vLLM's prefix cache so far (benchmarks, tests)
         if self.chat_template and not getattr(tokenizer, "chat_template", None):

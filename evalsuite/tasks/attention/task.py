@@ -19,6 +19,9 @@ Query positions, `-T query_positions=` (each sample's share is the mean over its
   prompt's last token (which emits the answer's first token) and every answer token but the last
   (each emits the next). Only these rows produce the answer; with R > 1 it is the first answer,
   the one the prompt's answer prefix asks for;
+- generated: the model's own greedy answer to the needle prompt (the needle task's request, its
+  stop and token budget) is appended, and the rows are those that produced its tokens: the
+  authors' reading, where a wrong answer is measured as answered. The answer is kept in the record;
 - answer_prefix: the tokens of the answer prefix "The magic number of <city> is" that closes the
   prompt; only its last token produces an answer token, the others produce the prefix itself;
 - last: the prompt's last token only;
@@ -49,11 +52,11 @@ from evalsuite.errors import UserError
 from evalsuite.registry import register_task
 from evalsuite.runs.view import RunView
 from evalsuite.tasks.needle.task import ANSWER_PREFIX, NEEDLE, PRESETS, Needle, NeedleState
-from evalsuite.types import Sample
+from evalsuite.types import GenerationRequest, Sample
 
 from .view import AttentionView, by_depth, by_layer, markdown_tables
 
-QUERY_MODES = ("answer", "answer_prefix", "last", "question")
+QUERY_MODES = ("answer", "generated", "answer_prefix", "last", "question")
 DIFF_NORMS = ("lambda", "lambda_init", "none")
 QUESTION = "Question:"
 
@@ -70,15 +73,35 @@ class AttentionProbe:
     regions: tuple[str, ...]  # the region of each span; a region may have several spans
     layers: tuple[int, ...] = ()  # () = all
     diff_norm: str = "lambda"
+    generation: GenerationRequest | None = None  # given: the rows are those of the model's own answer to it
 
     def measure(self, model: Any) -> dict[str, Any]:
         """Per selected layer, each region's attention averaged over heads and query rows."""
-        found = model.attention_mass(self.ids, self.queries, self.spans, self.layers or None, self.diff_norm)
+        ids, queries, spans = self.ids, list(self.queries), self.spans
+        answered: dict[str, Any] = {}
+        if self.generation is not None:
+            ids, queries, spans, answered = self._with_generated_answer(model, self.generation)
+        found = model.attention_mass(ids, queries, spans, self.layers or None, self.diff_norm)
         per_span = found.mass.mean(axis=(1, 2))  # (layers, spans)
         per_layer = {region: per_span[:, [i for i, r in enumerate(self.regions) if r == region]].sum(axis=1).tolist()
                      for region in dict.fromkeys(self.regions)}
         return {"layers": list(found.layers), "map": found.attention_map, "normalisation": found.normalisation,
-                "lambdas": list(found.lambdas), "per_layer": per_layer}
+                "lambdas": list(found.lambdas), "per_layer": per_layer, **answered}
+
+    def _with_generated_answer(self, model: Any, generation: GenerationRequest) -> tuple[
+            tuple[int, ...], list[int], tuple[tuple[int, int], ...], dict[str, Any]]:
+        """The prompt followed by the model's greedy answer: its ids, the rows that produced the answer's
+        tokens (row i's logits predict token i + 1; an empty answer: the prompt's last row, which ended
+        it), the query span stretched over the answer, and the answer with its rows for the record."""
+        (answer,) = model.generate([generation])
+        ids, _ = model.encode_with_offsets(self.prompt + answer)
+        start = len(self.ids)
+        if tuple(ids[:start]) != self.ids:  # a token across the boundary: no row emits the answer alone
+            raise UserError(f"the tokenizer merges the prompt's end with the generated answer {answer!r}; "
+                            "use -T query_positions=last")
+        rows = list(range(start - 1, max(len(ids), start + 1) - 1))
+        spans = (*self.spans[:-1], (self.spans[-1][0], len(ids)))
+        return tuple(ids), rows, spans, {"generated": answer, "query_rows": rows}
 
 
 def token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
@@ -178,11 +201,14 @@ class Attention(TaskBase):
         assert isinstance(model, AttentionAllocation), "the runner checked the capability first"
         ids, offsets = model.encode_with_offsets(text)
         spans, regions = self._regions(sample, prompt, offsets)
-        queries = self._queries(sample, prompt, text, offsets)
+        generated = self.query_positions == "generated"  # the rows are known once the model has answered
+        queries = [] if generated else self._queries(sample, prompt, text, offsets)
         probe = AttentionProbe(prompt=text, ids=tuple(ids), queries=tuple(queries), spans=tuple(spans),
-                               regions=tuple(regions), layers=self.layers, diff_norm=self.diff_norm)
+                               regions=tuple(regions), layers=self.layers, diff_norm=self.diff_norm,
+                               generation=generation if generated else None)
+        # generated: the output holds the rows and the answer, and the query span runs on over the answer
         info = {**facts, "measured_tokens": len(ids), "answer_span": list(spans[1]), "query_span": list(spans[-1]),
-                "query_rows": queries}
+                **({} if generated else {"query_rows": queries})}
         return [probe], info
 
     def _regions(self, sample: Sample, prompt: str, offsets: Sequence[tuple[int, int]]
