@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP
+from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP, EFFECTIVE_SHARE
 from evalsuite.engine.multi import compare_models, compare_suite_models, distinct_models
 from evalsuite.engine.run_steps import FriendlyFlag, Scored, friendly_flags, score_runs, step_for
 from evalsuite.integrations.watch_loop import watch_folder as watch  # noqa: F401  (evalsuite watch)
@@ -199,7 +199,7 @@ def score(runs: Sequence[str | Path], step: Mapping[str, Any], *, device: str = 
 # ---- reading finished runs -------------------------------------------------------------------
 
 
-def report(runs: Sequence[str | Path], *, plots: bool = True, effective_share: float = 0.85) -> str:
+def report(runs: Sequence[str | Path], *, plots: bool = True, effective_share: float = EFFECTIVE_SHARE) -> str:
     """Markdown tables (rate, 95% interval, n per cell) for finished runs or suite results;
     each run's plots rewritten when `plots`; a length-swept run's effective length counts the
     lengths that keep `effective_share` of the shortest one's score (NoLiMa's 85% by default)."""
@@ -227,7 +227,7 @@ def paper_report(results: str | Path, *, out: str | Path | None = None, baseline
 
 
 def compare(run_a: str | Path, run_b: str | Path, *, out: str | Path = "results",
-            alpha: float = 0.05, effective_share: float = 0.85) -> list[tuple[Comparison, Path]]:
+            alpha: float = 0.05, effective_share: float = EFFECTIVE_SHARE) -> list[tuple[Comparison, Path]]:
     """Paired comparison of two runs (or two suite results, run by run), each written under `out`;
     effective lengths as in `report`."""
     from evalsuite.analysis.compare import compare_inputs

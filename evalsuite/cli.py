@@ -28,7 +28,7 @@ OPTION_HELP = {
          "task's judge (e.g. -J judge=lexical -J judge_concurrency=8; each also has its flag, --judge ...).",
 }
 EFFECTIVE_SHARE_HELP = ("Effective length of a length-swept run: the longest length up to which every length keeps "
-                        "this share of the shortest length's score (NoLiMa's 85%).")
+                        "this share of the shortest length's score (default: NoLiMa's).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -206,7 +206,7 @@ def _headline(summary: dict) -> str:
               help="With --paper: the HTML file to write (default RESULTS_DIR/paper-report.html; the .md beside it).")
 @click.option("--baseline", "paper_baseline", default=None, metavar="MODEL",
               help="With --paper: the baseline model (default: the one the suite run compared the others with).")
-@click.option("--effective-share", type=float, default=0.85, show_default=True, help=EFFECTIVE_SHARE_HELP)
+@click.option("--effective-share", type=float, default=api.EFFECTIVE_SHARE, show_default=True, help=EFFECTIVE_SHARE_HELP)
 def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None, paper_dir: Path | None,
            paper_out: Path | None, paper_baseline: str | None, effective_share: float) -> None:
     """Print a markdown table (rate, 95% interval, n per cell) for finished runs (folders or suite results);
@@ -239,7 +239,7 @@ def _paper_report(runs: tuple[Path, ...], html_file: Path | None, paper_dir: Pat
 @click.option("--out", type=click.Path(), default="results", show_default=True, callback=out_folder,
               help="Folder under which the comparison folder is written.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired tests.")
-@click.option("--effective-share", type=float, default=0.85, show_default=True, help=EFFECTIVE_SHARE_HELP)
+@click.option("--effective-share", type=float, default=api.EFFECTIVE_SHARE, show_default=True, help=EFFECTIVE_SHARE_HELP)
 def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float, effective_share: float) -> None:
     """Paired comparison of two runs of one task configuration (or of two suite results, run by run):
     tables in markdown, CSV and LaTeX, and difference plots."""

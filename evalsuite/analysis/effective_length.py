@@ -33,7 +33,9 @@ import pandas as pd
 
 from evalsuite.errors import UserError
 
-THRESHOLD = 0.85  # NoLiMa's: the share of the base score a length must keep
+from .tolerances import EFFECTIVE_SHARE
+
+THRESHOLD = EFFECTIVE_SHARE  # NoLiMa's: the share of the base score a length must keep
 LENGTH = "context_length"
 RESAMPLES = 2000
 SEED = 0

@@ -1,6 +1,7 @@
 """How much of a drop the regression gate tolerates: `--max-drop`, per metric or for all, in each
 metric's own units (accuracy points, nats, attention mass). One default for `check`, `trend` and
-`watch`, and for the command line's help; no heavy import, so the command line can read it."""
+`watch`, and for the command line's help; no heavy import, so the command line can read it.
+It also holds the effective length's default share to keep (analysis/effective_length.py), for the same reason."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from evalsuite.errors import UserError
 
 # the tolerated drop when none is given: two points of accuracy (a metric's own units)
 DEFAULT_MAX_DROP = 0.02
+# the share of its shortest length's score a length must keep toward the effective length (NoLiMa's)
+EFFECTIVE_SHARE = 0.85
 
 
 @dataclass(frozen=True)
