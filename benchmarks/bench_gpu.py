@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2, help="prompts per length")
     parser.add_argument("--backends", default="hf,vllm")
     parser.add_argument("--kinds", default="base,diff,diff2", help="toy kinds at this size: base (Llama), diff "
-                        "(DiffLlama), diff2 (DIFF V2, matched as its authors match)")
+                        "(DiffLlama), diff2 (DIFF V2, matched as its authors match: twice the query heads, the same KV heads)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     size = TINY if args.tiny else ONE_B

@@ -150,16 +150,18 @@ def test_packed_episodes_do_not_attend_to_each_other(kind, toy_tokenizer):
 
 
 def test_toy_diff2_is_matched_to_the_baseline_as_the_v2_authors_match():
-    """Half as many output heads, so 2h query heads of the baseline's width: the same query
-    width and KV heads as toy-base; only o_proj is narrower (h*d inputs)."""
+    """The baseline's heads as output heads (2h query heads of its width), its KV heads, so
+    both heads of a pair fall in one GQA group, and its o_proj (h*d inputs)."""
     from transformers import AutoConfig
 
-    import evalsuite.modeling.diffllama_v2  # noqa: F401  (AutoConfig knows diffllama_v2)
+    import evalsuite  # noqa: F401  (AutoConfig knows diffllama_v2 after the package import)
 
     v2, base = (AutoConfig.from_pretrained(MODELS_DIR / name) for name in ("toy-diff2", "toy-base"))
     assert v2.model_type == "diffllama_v2" and not v2.rope_interleaved
-    assert 2 * v2.num_attention_heads * v2.head_dim == base.num_attention_heads * base.head_dim
-    assert (v2.head_dim, v2.num_key_value_heads) == (base.head_dim, base.num_key_value_heads)
+    assert (v2.num_attention_heads, v2.head_dim) == (base.num_attention_heads, base.head_dim)
+    assert v2.num_key_value_heads == base.num_key_value_heads
+    group = 2 * v2.num_attention_heads // v2.num_key_value_heads  # query heads per KV head
+    assert group % 2 == 0, "a GQA group must hold whole pairs, so a pair shares key and value"
     for key in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
         assert getattr(v2, key) == getattr(base, key), key
     training = [json.loads((MODELS_DIR / name / "training.json").read_text()) for name in ("toy-diff2", "toy-base")]

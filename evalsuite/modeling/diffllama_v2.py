@@ -10,8 +10,8 @@ V2 (the DIFF authors, January 2026) keeps Llama's blocks and changes the attenti
   subtracted "are in the same GQA group, which means they share the same key and value.
   This is crucial to performance"), and they match a baseline of h heads by keeping its h
   heads as output heads, doubling the query heads, keeping its KV heads and its o_proj.
-  The class also accepts as many KV heads as query heads, where each head has its own key
-  and value: the layout the authors call wrong, which the shipped toy-diff2 uses;
+  The shipped toy-diff2 is matched so. The class also accepts as many KV heads as query
+  heads, where each head has its own key and value: the layout the authors call wrong;
 - a weight per token and output head, `lam = sigmoid(lambda_proj(x))` (bias-free, d_model -> h);
 - `out_i = attn_2i - lam_i * attn_2i+1`; no per-head norm, no (1 - lambda_init) factor;
   o_proj maps h*d back to d_model.

@@ -33,8 +33,8 @@ def toy_base() -> str:
     return _toy("toy-base")
 
 
-@register_model("toy-diff2", "built-in DIFF V2 toy model (same data, steps, schedule and seed as toy-base; half its "
-                "output heads, one KV head per query head: not the V2 authors' matching)")
+@register_model("toy-diff2", "built-in DIFF V2 toy model, matched to toy-base as the V2 authors match (its heads as "
+                "output heads, twice the query heads, its KV heads and o_proj; same data, steps, schedule and seed)")
 def toy_diff2() -> str:
     return _toy("toy-diff2")
 

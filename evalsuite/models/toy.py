@@ -57,7 +57,7 @@ class ToySize:
     hidden: int = 128
     layers: int = 4
     heads: int = 4  # baseline heads; DiffLlama counts component heads, so the DIFF model has heads/2;
-    # DIFF V2 has heads/2 output heads, each of 2 query heads
+    # DIFF V2 keeps them as output heads, each of 2 query heads sharing one KV head
     intermediate: int = 384
     max_context: int = 8192
 
@@ -67,12 +67,11 @@ def toy_config(kind: str, vocab_size: int, size: ToySize = ToySize()) -> Any:
     head_dim d); DiffLlama then has heads/2 differential heads with Q/K halves of width
     d and values of width 2d, as in the paper. Parameter counts differ only by the lambdas.
 
-    DIFF V2 (`diff2`) is NOT matched as its authors match it (they keep the baseline's h heads
-    as output heads, double the query heads to 2h, keep the KV heads so each pair shares key
-    and value in one GQA group, and keep o_proj). Here h = heads/2 output heads, so 2h query
-    heads of the baseline's width d and as many KV heads as query heads: the two heads of a
-    pair read different keys and values, the layout the authors call wrong, and o_proj is
-    narrower (h*d inputs). The shipped toy-diff2 was trained so; see docs/toy-models.md."""
+    DIFF V2 (`diff2`) is matched as its authors match it (the DIFF V2 README, microsoft/unilm
+    `Diff-Transformer/Diff-Transformer-V2/README.md`): the baseline's h heads become the h output
+    heads, so 2h query heads of the baseline's width d; the baseline's h KV heads are kept, so
+    the two heads of a pair lie in one GQA group and share key and value; o_proj is the
+    baseline's (h*d inputs). The extra parameters are the h more query heads and lambda_proj."""
     from transformers import DiffLlamaConfig, LlamaConfig
 
     from evalsuite.modeling.diffllama_v2 import DiffLlamaV2Config
@@ -88,8 +87,7 @@ def toy_config(kind: str, vocab_size: int, size: ToySize = ToySize()) -> Any:
     if kind == "base":
         return LlamaConfig(**common)
     if kind == "diff2":
-        return DiffLlamaV2Config(**{**common, "num_attention_heads": size.heads // 2},
-                                 head_dim=size.hidden // size.heads)
+        return DiffLlamaV2Config(**common, head_dim=size.hidden // size.heads)
     raise ValueError(f"toy kind must be diff, diff2 or base, got {kind!r}")
 
 
