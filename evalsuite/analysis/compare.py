@@ -33,7 +33,6 @@ from evalsuite.runs.identity import identity_difference, task_identity
 from evalsuite.runs.records import RunFolder, config_hash, open_run, write_json_atomic
 
 from .effective_length import (
-    THRESHOLD,
     PairedEffectiveLength,
     check_share,
     headline_metric,
@@ -45,6 +44,7 @@ from .frame import plain, run_frame
 from .side_scores import side_metrics
 from .stats import paired_difference
 from .tables import csv_frame, display_rows, latex, markdown, p_text
+from .tolerances import EFFECTIVE_SHARE
 
 # ---- what a run is: its task identity and the metrics it declares ----------------------------
 
@@ -203,7 +203,7 @@ def run_names(frame_a: pd.DataFrame, frame_b: pd.DataFrame, run_a: RunFolder, ru
     return names if names[0] != names[1] else (run_a.path.name, run_b.path.name)
 
 
-def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effective_share: float = THRESHOLD
+def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effective_share: float = EFFECTIVE_SHARE
             ) -> Comparison:
     """Pair two runs and test every declared metric, overall and per cell; effective lengths count the
     lengths that keep `effective_share` of the shortest one's score."""
@@ -319,7 +319,7 @@ def _pairs(path_a: Path, path_b: Path) -> list[tuple[Path, Path]]:
 
 
 def compare_inputs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05,
-                   effective_share: float = THRESHOLD) -> list[tuple[Comparison, Path]]:
+                   effective_share: float = EFFECTIVE_SHARE) -> list[tuple[Comparison, Path]]:
     """Compare two runs, or two suite results run by run; write each comparison under `out`."""
     written = []
     for run_a, run_b in _pairs(Path(path_a), Path(path_b)):

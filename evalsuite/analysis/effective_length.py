@@ -35,7 +35,6 @@ from evalsuite.errors import UserError
 
 from .tolerances import EFFECTIVE_SHARE
 
-THRESHOLD = EFFECTIVE_SHARE  # NoLiMa's: the share of the base score a length must keep
 LENGTH = "context_length"
 RESAMPLES = 2000
 SEED = 0
@@ -162,7 +161,7 @@ def _one(metric: str, threshold: float, cells: list[tuple[int, np.ndarray]], val
     return found, resampled
 
 
-def effective_length(frame: pd.DataFrame, metric: str, threshold: float = THRESHOLD, axis: str = LENGTH,
+def effective_length(frame: pd.DataFrame, metric: str, threshold: float = EFFECTIVE_SHARE, axis: str = LENGTH,
                      resamples: int = RESAMPLES, seed: int = SEED) -> EffectiveLength | None:
     """One model's effective length over the frame's samples (None: fewer than two lengths scored)."""
     _check(threshold)
@@ -173,7 +172,7 @@ def effective_length(frame: pd.DataFrame, metric: str, threshold: float = THRESH
     return _one(metric, threshold, cells, values, _draws(cells, resamples, seed))[0]
 
 
-def paired_effective_length(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str, threshold: float = THRESHOLD,
+def paired_effective_length(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str, threshold: float = EFFECTIVE_SHARE,
                             axis: str = LENGTH, resamples: int = RESAMPLES, seed: int = SEED
                             ) -> PairedEffectiveLength | None:
     """Both models' effective lengths over the samples both scored (joined on `id`) and a minus b."""

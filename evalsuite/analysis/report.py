@@ -17,10 +17,11 @@ from evalsuite.errors import UserError
 from evalsuite.runs.records import open_run
 from evalsuite.runs.view import ReadOnlyRun, RunView
 
-from .effective_length import THRESHOLD, check_share, effective_length, headline_metric, report_markdown
+from .effective_length import check_share, effective_length, headline_metric, report_markdown
 from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
 from .tables import markdown
+from .tolerances import EFFECTIVE_SHARE
 
 
 def format_rate(mean: float | None, low: float | None, high: float | None) -> str:
@@ -53,7 +54,7 @@ def view_plots(task: Any, frame: pd.DataFrame, run: RunView, folder: Path, title
     return written
 
 
-def effective_section(task: Any, frame: pd.DataFrame, share: float = THRESHOLD) -> list[str]:
+def effective_section(task: Any, frame: pd.DataFrame, share: float = EFFECTIVE_SHARE) -> list[str]:
     """The run's effective length (lengths keeping `share` of the shortest one's score) when its task swept
     context lengths (effective_length.py), else nothing."""
     metric = headline_metric(task)
@@ -61,7 +62,7 @@ def effective_section(task: Any, frame: pd.DataFrame, share: float = THRESHOLD) 
     return [report_markdown(str(frame["model"].iloc[0]), found)] if found is not None else []
 
 
-def report_runs(paths: Iterable[str | Path], plots: bool = True, effective_share: float = THRESHOLD) -> str:
+def report_runs(paths: Iterable[str | Path], plots: bool = True, effective_share: float = EFFECTIVE_SHARE) -> str:
     """Markdown tables for finished runs (and their plots rewritten when asked); the effective length
     counts the lengths that keep `effective_share` of the shortest one's score."""
     check_share(effective_share)
