@@ -1,10 +1,14 @@
 """The measurements of `gpu_evidence.py`, one function a table: each appends its rows to the list
 it is given as it goes, so a step cut for time keeps the rows it finished.
 
-Every function takes the run's `Context` (device, sizes, model folders) and the row list."""
+Each step runs in a process of its own: `context` makes the run's `Context` (device, sizes, model
+folders) there, `environment` describes the device and versions for the line above the tables,
+and the step's function takes the context and the row list. `build_models` runs first and saves
+the models into the folders every later step loads them from."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -29,7 +33,7 @@ class Context:
     tiny: bool
     work: Path
     folders: dict[str, Path] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # lines printed under the tables (the matmul rate...)
+    notes: list[str] = field(default_factory=list)  # lines printed under the step's table (the matmul rate...)
     rate: float = float("nan")
 
     @property
@@ -56,6 +60,39 @@ class Context:
         return torch.cuda.max_memory_allocated() / 2**30 if self.cuda else float("nan")
 
 
+KINDS = ("base", "diff", "diff2")
+# imported by `context`, before a step's share begins: the code most steps reach, which each step's
+# fresh process would otherwise import inside its share (transformers' model code alone takes seconds).
+# DIFF V2's module first: it imports Llama's model code and registers itself with transformers' Auto
+# classes; Llama's module imported first would start that registration half-way through itself
+WARM = ("evalsuite.modeling.diffllama_v2", "transformers.models.diffllama.modeling_diffllama",
+        "evalsuite.engine.runner", "evalsuite.analysis.plots")
+
+
+def context(device: str, tiny: bool, work: Path) -> Context:
+    """A step's context: the models' folders under `work` (built or not yet), the shared code imported."""
+    if tiny:  # tiny models gain nothing from threads, and on shared cores threads wait on each other
+        torch.set_num_threads(1)
+    for module in WARM:
+        importlib.import_module(module)
+    return Context(device=device, tiny=tiny, work=work, folders={kind: work / kind for kind in KINDS})
+
+
+def environment(ctx: Context) -> str:
+    """The device, the versions and the models: what the tables were measured on."""
+    import platform
+
+    import transformers
+
+    import evalsuite
+
+    device = torch.cuda.get_device_name() if ctx.cuda else f"CPU ({platform.processor() or platform.machine()})"
+    cuda = f", CUDA {torch.version.cuda}" if ctx.cuda else ""
+    return (f"{device}: torch {torch.__version__}{cuda}, transformers {transformers.__version__}, "
+            f"evalsuite {evalsuite.__version__}, Python {platform.python_version()}; "
+            f"{'tiny random models, float32' if ctx.tiny else '~1.1B random models, bf16'}")
+
+
 # ---- models: built once, random weights, saved in the dtype they run in ---------------------------------
 
 
@@ -63,12 +100,11 @@ def build_models(ctx: Context, rows: list[dict]) -> None:
     """Random ~1B Llama, DiffLlama and DIFF V2 (tiny ones on a CPU), saved in bf16 on a GPU: a
     float32 1B checkpoint would double the time spent writing and reading it."""
     size, tokenizer = (TINY_SIZE if ctx.tiny else ONE_B), build_tokenizer()
-    for kind in ("base", "diff", "diff2"):
+    for kind in KINDS:
         start = time.perf_counter()
         model = random_model(kind, len(tokenizer), size, seed=0)
         if ctx.cuda:
             model = model.to(torch.bfloat16)
-        ctx.folders[kind] = ctx.work / kind
         model.save_pretrained(ctx.folders[kind])
         tokenizer.save_pretrained(ctx.folders[kind])
         rows.append({"model": kind, "parameters (B)": f"{sum(p.numel() for p in model.parameters()) / 1e9:.3f}",
