@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP, EFFECTIVE_SHARE
+from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP, EFFECTIVE_BASE, EFFECTIVE_FLOOR, EFFECTIVE_SHARE
 from evalsuite.engine.multi import compare_models, compare_suite_models, distinct_models
 from evalsuite.engine.run_steps import FriendlyFlag, Scored, friendly_flags, score_runs, step_for
 from evalsuite.integrations.watch_loop import watch_folder as watch  # noqa: F401  (evalsuite watch)
@@ -70,7 +70,7 @@ def run(task: str, models: str | Sequence[str], *, out: str | Path = "results", 
         model_options: Mapping[str, Any] | None = None, log_prompts: bool = False, progress: bool = False,
         step: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
         checkpoint_step: int | None = None, baseline: str | None = None, log_to: Sequence[str] = (),
-        prefix_cache: bool = True, **more: Any) -> Results:
+        prefix_cache: bool = True, allow_version_change: bool = False, **more: Any) -> Results:
     """Run (or resume) `task` on each model, as `evalsuite run` does; the task's parameters are
     Python values, as keywords (`lengths=[256, 512]`, `preset="paper-4k"`) or in `params` (for names
     this function takes itself, like `seed`). `step` holds the task's run-step options by name
@@ -78,7 +78,9 @@ def run(task: str, models: str | Sequence[str], *, out: str | Path = "results", 
     `baseline` (the first model unless named; `engine/multi.py`), three or more drawn in one grid too.
     `checkpoint_step` is the training step (`--step`); None reads it from the checkpoint folder.
     `log_to` names trackers ("wandb", "tensorboard") each finished run folder is sent to; `prefix_cache`
-    False encodes every prompt whole on adapters that would reuse a shared prefix (the same results)."""
+    False encodes every prompt whole on adapters that would reuse a shared prefix (the same results).
+    A run resumed under other library versions than its records so far is refused unless
+    `allow_version_change` (`--allow-version-change`; config.json then says which versions wrote which)."""
     from evalsuite.engine.distributed import world_from_env
     from evalsuite.engine.runner import RunOptions, make_task, run_models
     from evalsuite.integrations.trackers import tracker_hook  # --log-to: packages checked before any run
@@ -88,7 +90,7 @@ def run(task: str, models: str | Sequence[str], *, out: str | Path = "results", 
     run_step = step_for(task_obj, step or {}, out=Path(out), device=device, batch_size=batch_size)
     options = RunOptions(out=Path(out), limit=limit, log_prompts=log_prompts, progress=progress, chunk=batch_size,
                          step=run_step, checkpoint_step=checkpoint_step, finished=tracker_hook(log_to, Path(out)),
-                         prefix_cache=prefix_cache)
+                         prefix_cache=prefix_cache, allow_version_change=allow_version_change)
     backend_options = {k: option_text(v) for k, v in (model_options or {}).items()}
     runs = tuple(run_models(task_obj, specs, backend_options, device, batch_size, options))
     if not world_from_env().main:
@@ -146,12 +148,13 @@ def run_suite(suite: str | Path, models: str | Sequence[str], *, out: str | Path
               model_options: Mapping[str, Any] | None = None, log_prompts: bool = False,
               progress: bool = False, checkpoint_step: int | None = None, baseline: str | None = None,
               log_to: Sequence[str] = (), scale: str | None = None, data_dir: str | Path | None = None,
-              step: Mapping[str, Any] | None = None, prefix_cache: bool = True) -> SuiteResults:
+              step: Mapping[str, Any] | None = None, prefix_cache: bool = True,
+              allow_version_change: bool = False) -> SuiteResults:
     """Every task of a suite (a TOML file or a shipped suite's name) on each model, as
     `evalsuite run --suite` does; two or more models: each model's runs compared with the baseline's
     (as `run` does) entry by entry. `scale` picks the suite's [run.scale.NAME] parameters, `data_dir`
     fills its {data_dir} paths, and `step` (`{"judge": "lexical"}`) is the run step of the entries
-    whose task declares those options (`engine/suite_run.py`)."""
+    whose task declares those options (`engine/suite_run.py`); `allow_version_change` as for `run`."""
     from evalsuite.engine.distributed import world_from_env
     from evalsuite.engine.runner import RunOptions
     from evalsuite.engine.suite_run import run_suite as run_entries
@@ -168,7 +171,7 @@ def run_suite(suite: str | Path, models: str | Sequence[str], *, out: str | Path
     loaded = with_steps(load_suite(suite, seed, settings), given, out=Path(out), device=device, batch_size=batch_size)
     options = RunOptions(out=Path(out), limit=limit, log_prompts=log_prompts, progress=progress, chunk=batch_size,
                          checkpoint_step=checkpoint_step, finished=tracker_hook(log_to, Path(out)),
-                         prefix_cache=prefix_cache)
+                         prefix_cache=prefix_cache, allow_version_change=allow_version_change)
     backend_options = {k: option_text(v) for k, v in (model_options or {}).items()}
     files = run_entries(loaded, specs, backend_options, device, batch_size, options)
     if not world_from_env().main:
@@ -199,14 +202,19 @@ def score(runs: Sequence[str | Path], step: Mapping[str, Any], *, device: str = 
 # ---- reading finished runs -------------------------------------------------------------------
 
 
-def report(runs: Sequence[str | Path], *, plots: bool = True, effective_share: float = EFFECTIVE_SHARE) -> str:
+def report(runs: Sequence[str | Path], *, plots: bool = True, effective_share: float = EFFECTIVE_SHARE,
+           effective_base: Sequence[int] = EFFECTIVE_BASE, effective_floor: float = EFFECTIVE_FLOOR) -> str:
     """Markdown tables (rate, 95% interval, n per cell) for finished runs or suite results;
-    each run's plots rewritten when `plots`; a length-swept run's effective length counts the
-    lengths that keep `effective_share` of the shortest one's score (NoLiMa's 85% by default)."""
+    each run's plots rewritten when `plots`; a length-swept run's effective length is the longest
+    length from the last of `effective_base` whose score keeps `effective_share` of the base score (the
+    score over the `effective_base` lengths), not measurable under a base of `effective_floor`:
+    NoLiMa's 85% and 250, 500 and 1000 tokens by default (docs/nolima.md)."""
+    from evalsuite.analysis.effective_length import definition
     from evalsuite.analysis.report import report_runs
     from evalsuite.runs.suite_result import run_folders
 
-    return report_runs(run_folders(runs), plots, effective_share)
+    effective = definition(effective_share, effective_base, effective_floor)
+    return report_runs(run_folders(runs), plots, effective)
 
 
 def html_report(runs: Sequence[str | Path], out_file: str | Path) -> Path:
@@ -226,17 +234,19 @@ def paper_report(results: str | Path, *, out: str | Path | None = None, baseline
     return write_paper_report(results, out, baseline)
 
 
-def compare(run_a: str | Path, run_b: str | Path, *, out: str | Path = "results",
-            alpha: float = 0.05, effective_share: float = EFFECTIVE_SHARE) -> list[tuple[Comparison, Path]]:
+def compare(run_a: str | Path, run_b: str | Path, *, out: str | Path = "results", alpha: float = 0.05,
+            effective_share: float = EFFECTIVE_SHARE, effective_base: Sequence[int] = EFFECTIVE_BASE,
+            effective_floor: float = EFFECTIVE_FLOOR) -> list[tuple[Comparison, Path]]:
     """Paired comparison of two runs (or two suite results, run by run), each written under `out`;
-    effective lengths as in `report`."""
+    effective lengths as in `report`, with the paired tests of both models' base scores and of each length."""
     from evalsuite.analysis.compare import compare_inputs
+    from evalsuite.analysis.effective_length import definition
 
     if not str(out).strip():
         raise UserError("out must name a folder (an empty name would write into the current folder)")
     if Path(run_a).resolve() == Path(run_b).resolve():
         raise UserError(f"compare needs two different runs; both are {run_a}")
-    return compare_inputs(run_a, run_b, out, alpha, effective_share)
+    return compare_inputs(run_a, run_b, out, alpha, definition(effective_share, effective_base, effective_floor))
 
 
 def check(candidate: str | Path, baseline: str | Path, *, max_drop: float = DEFAULT_MAX_DROP,

@@ -27,8 +27,30 @@ OPTION_HELP = {
     "J": "Run-step option key=value, repeatable: a task's step over the saved outputs, such as the hallucination "
          "task's judge (e.g. -J judge=lexical -J judge_concurrency=8; each also has its flag, --judge ...).",
 }
-EFFECTIVE_SHARE_HELP = ("Effective length of a length-swept run: the longest length up to which every length keeps "
-                        "this share of the shortest length's score (default: NoLiMa's).")
+EFFECTIVE_HELP = {
+    "share": "Effective length of a length-swept run (NoLiMa's by default): the longest length from the last base "
+             "length whose score keeps this share of the base score.",
+    "base": "The lengths, in tokens, whose pooled score is the effective length's base score (default: NoLiMa's); "
+            "a run without them all takes its shortest length instead, and says so.",
+    "floor": "A base score under this gives \"not measurable\" instead of an effective length.",
+}
+
+
+def effective_options(command: Any) -> Any:
+    """--effective-share, --effective-base and --effective-floor, of `report` and `compare`."""
+    command = click.option("--effective-floor", type=float, default=api.EFFECTIVE_FLOOR, show_default=True,
+                           help=EFFECTIVE_HELP["floor"])(command)
+    command = click.option("--effective-base", default=",".join(map(str, api.EFFECTIVE_BASE)), show_default=True,
+                           metavar="N,N,...", help=EFFECTIVE_HELP["base"])(command)
+    return click.option("--effective-share", type=float, default=api.EFFECTIVE_SHARE, show_default=True,
+                        help=EFFECTIVE_HELP["share"])(command)
+
+
+def effective_settings(share: float, base: str, floor: float) -> dict[str, Any]:
+    """The effective options as api.report's and api.compare's keyword arguments."""
+    from .analysis.tolerances import parse_effective_base
+
+    return {"effective_share": share, "effective_base": parse_effective_base(base), "effective_floor": floor}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,6 +135,9 @@ def step_values(pairs: tuple[str, ...], flagged: dict[str, Any]) -> dict[str, st
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 @click.option("--no-prefix-cache", is_flag=True,
               help="Encode every prompt whole instead of reusing a shared prefix's KV cache (same results, slower).")
+@click.option("--allow-version-change", is_flag=True,
+              help="Resume a run under other library versions than those that wrote its records so far (refused "
+              "otherwise); config.json then records which versions wrote which samples.")
 @click.option("--step", "checkpoint_step", type=click.IntRange(min=0), default=None,
               help="Training step of the checkpoint, for `evalsuite trend` (default: read from the folder's name, "
               "checkpoint-1500, or its trainer_state.json).")
@@ -126,8 +151,8 @@ def run(models: tuple[str, ...], baseline: str | None, task: str | None, suite: 
         data_dir: Path | None, task_options: tuple[str, ...], model_options: tuple[str, ...],
         step_options: tuple[str, ...], limit: int | None,
         batch_size: int, device: str, seed: int | None, out: Path,
-        log_prompts: bool, no_progress: bool, no_prefix_cache: bool, checkpoint_step: int | None,
-        log_to: tuple[str, ...], dry_run: bool, **step_flags: Any) -> None:
+        log_prompts: bool, no_progress: bool, no_prefix_cache: bool, allow_version_change: bool,
+        checkpoint_step: int | None, log_to: tuple[str, ...], dry_run: bool, **step_flags: Any) -> None:
     """Run a task (or a suite of tasks) on one or more models; the same command resumes an interrupted run."""
     # one batch per append (the API's chunk): a killed run loses at most the batch in flight
     common: dict[str, Any] = dict(out=out, limit=limit, device=device, batch_size=batch_size, seed=seed,
@@ -142,6 +167,7 @@ def run(models: tuple[str, ...], baseline: str | None, task: str | None, suite: 
         return
     common["log_to"] = log_to  # each finished run folder is sent to these trackers
     common["prefix_cache"] = not no_prefix_cache  # adapters that reuse shared prefixes; never part of the run hash
+    common["allow_version_change"] = allow_version_change  # a resume under other library versions goes on
     if suite is not None or task is None:  # run-step options apply to the entries whose task declares them
         _run_suite(suite, task, task_options, models, backend_options, {**common, "step": step, "scale": scale,
                                                                           "data_dir": data_dir})
@@ -206,9 +232,10 @@ def _headline(summary: dict) -> str:
               help="With --paper: the HTML file to write (default RESULTS_DIR/paper-report.html; the .md beside it).")
 @click.option("--baseline", "paper_baseline", default=None, metavar="MODEL",
               help="With --paper: the baseline model (default: the one the suite run compared the others with).")
-@click.option("--effective-share", type=float, default=api.EFFECTIVE_SHARE, show_default=True, help=EFFECTIVE_SHARE_HELP)
+@effective_options
 def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None, paper_dir: Path | None,
-           paper_out: Path | None, paper_baseline: str | None, effective_share: float) -> None:
+           paper_out: Path | None, paper_baseline: str | None, effective_share: float, effective_base: str,
+           effective_floor: float) -> None:
     """Print a markdown table (rate, 95% interval, n per cell) for finished runs (folders or suite results);
     with --paper RESULTS_DIR, write the report shaped like the Differential Transformer paper instead."""
     if paper_dir is not None or paper_out is not None or paper_baseline is not None:
@@ -216,7 +243,7 @@ def report(runs: tuple[Path, ...], plots: bool, html_file: Path | None, paper_di
         return
     if not runs:
         raise UserError("give run folders or suite results to report on (or --paper RESULTS_DIR)")
-    click.echo(api.report(runs, plots=plots, effective_share=effective_share))
+    click.echo(api.report(runs, plots=plots, **effective_settings(effective_share, effective_base, effective_floor)))
     if html_file is not None:
         click.echo(f"html report: {api.html_report(runs, html_file)}")
 
@@ -228,8 +255,13 @@ def _paper_report(runs: tuple[Path, ...], html_file: Path | None, paper_dir: Pat
     if runs or html_file is not None:
         raise UserError("--paper reads every suite result in RESULTS_DIR: drop the run arguments and --html")
     written = api.paper_report(paper_dir, out=out, baseline=baseline)
-    for section in written.sections:
-        click.echo(f"{section.title}: {section.absent or '; '.join(section.readings)}")
+    measured = [s for s in written.sections if s.absent is None]
+    for section in measured:  # what was measured first; the sections not run in one line after it
+        click.echo(f"{section.title}: {'; '.join(section.readings) or 'nothing to compare'}")
+    absent = [s.title for s in written.sections if s.absent is not None]
+    if absent:
+        click.echo(f"not in these results ({len(absent)} of {len(written.sections)}, see the report): "
+                   f"{'; '.join(absent)}")
     click.echo(f"paper report: {written.html} and {written.markdown}")
 
 
@@ -239,14 +271,16 @@ def _paper_report(runs: tuple[Path, ...], html_file: Path | None, paper_dir: Pat
 @click.option("--out", type=click.Path(), default="results", show_default=True, callback=out_folder,
               help="Folder under which the comparison folder is written.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired tests.")
-@click.option("--effective-share", type=float, default=api.EFFECTIVE_SHARE, show_default=True, help=EFFECTIVE_SHARE_HELP)
-def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float, effective_share: float) -> None:
+@effective_options
+def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float, effective_share: float, effective_base: str,
+                effective_floor: float) -> None:
     """Paired comparison of two runs of one task configuration (or of two suite results, run by run):
     tables in markdown, CSV and LaTeX, and difference plots."""
     note = api.version_note([run_a, run_b])
     if note is not None:
         click.echo(note, err=True)
-    for comparison, folder in api.compare(run_a, run_b, out=out, alpha=alpha, effective_share=effective_share):
+    effective = effective_settings(effective_share, effective_base, effective_floor)
+    for comparison, folder in api.compare(run_a, run_b, out=out, alpha=alpha, **effective):
         click.echo(comparison.markdown(cells=False))
         click.echo(f"written: {folder}\n")
 

@@ -13,6 +13,7 @@ import json
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +50,11 @@ def by_marker(marker: str = "zebra") -> Callable[[int, dict, dict], Reply]:
                              f"Conclusion: {supported}")
 
     return script
+
+
+def route(request_path: str) -> str:
+    """The path a request is answered by: its query (a token some gateways take there) left aside."""
+    return urllib.parse.urlsplit(request_path).path.rstrip("/")
 
 
 class LoopbackServer:
@@ -134,7 +140,7 @@ class ChatServer(LoopbackServer):
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 server.seen.append(("POST", self.path, dict(self.headers.items())))
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if route(self.path) != "/v1/chat/completions":
                     self.send_error(404)
                     return
                 server._answer(self)

@@ -10,7 +10,8 @@ It serves an evalsuite hf model (toy-base in the tests) the way vLLM serves one:
 
 Modes make it a lesser server: `echo=False` ignores echo and sends no logprobs (llama.cpp-like),
 `echo_status=400` refuses echo requests, `tokenize=False` has no /tokenize, `models=False` no
-/v1/models, `fixed_count` and `count_times` make /tokenize count nonsense. It records every request's body and headers.
+/v1/models, `fixed_count` and `count_times` make /tokenize count nonsense. It records every request's body and headers,
+and in `seen` its method, path (with its query: a token in the base URL arrives there) and headers.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
-from chat_server import LoopbackServer
+from chat_server import LoopbackServer, route
 
 from evalsuite.types import GenerationRequest
 
@@ -120,7 +121,8 @@ class CompletionsServer(LoopbackServer):
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 server.headers.append(dict(self.headers.items()))
-                if self.path.rstrip("/") == "/v1/models":
+                server.seen.append(("GET", self.path, dict(self.headers.items())))
+                if route(self.path) == "/v1/models":
                     server._reply(self, *server.models())
                 else:
                     server._reply(self, 404, {"error": "not found"})
@@ -130,7 +132,8 @@ class CompletionsServer(LoopbackServer):
                 headers = dict(self.headers.items())
                 server.bodies.append(body)
                 server.headers.append(headers)
-                path = self.path.rstrip("/")
+                server.seen.append(("POST", self.path, dict(self.headers.items())))
+                path = route(self.path)
                 if path == "/v1/completions":
                     server._reply(self, *server.completions(body, headers))
                 elif path == "/tokenize":

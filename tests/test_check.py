@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,18 +17,21 @@ from conftest import invoke
 from scipy import stats as sps
 
 from evalsuite.analysis.check import check
+from evalsuite.analysis.exact import p_exceeds
 from evalsuite.analysis.gate import Measured, check_pair, decide
 from evalsuite.analysis.outcomes import Outcomes, export_baseline, load_outcomes
+from evalsuite.analysis.power import PERSIST, TURN, rates
 from evalsuite.analysis.stats import holm
 from evalsuite.analysis.tolerances import parse_max_drop
 from evalsuite.errors import UserError
+from evalsuite.runs.records import open_run
 from evalsuite.tasks.needle.task import Needle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from test_compare import needle_run, pass_fail_pair, synthetic_run
 
-SMALL_NEEDLE = {"lengths": "768", "depths": "0,1", "samples": "4", "tokens_per_query": "8"}
-NEEDLE_CELLS = ["all", "context_length=768, depth=0.0", "context_length=768, depth=1.0"]
+SMALL_NEEDLE = {"lengths": "1024", "depths": "0,1", "samples": "6", "tokens_per_query": "8"}
+NEEDLE_CELLS = ["all", "context_length=1024, depth=0.0", "context_length=1024, depth=1.0"]
 
 
 def rows(result) -> list[tuple[str, str, str]]:
@@ -77,8 +82,7 @@ def test_a_drop_within_noise_passes(tmp_path):
     run_c = synthetic_run(tmp_path / "cand", "C", {"ok": cand})
     result = check(run_c, run_b, max_drop=0.02, alpha=0.05)
     (row,) = result.checks
-    drop = np.array(base, dtype=float) - np.array(cand, dtype=float)
-    assert row.drop == pytest.approx(0.03) and row.p_value == pytest.approx(cluster_robust_p(drop, 0.02))
+    assert row.exact and row.drop == pytest.approx(0.03) and row.p_value == pytest.approx(p_exceeds(8, 2, 200, 0.02))
     assert row.p_value > 0.2 and row.low < 0.02 < row.drop
     assert row.verdict == "drop within noise" and not result.failed
     assert row.detectable > 0.05  # 200 samples cannot see a drop just past the tolerance
@@ -89,16 +93,15 @@ def test_a_significant_drop_beyond_tolerance_fails(tmp_path):
     run_b = synthetic_run(tmp_path / "base", "B", {"ok": base})
     run_c = synthetic_run(tmp_path / "cand", "C", {"ok": cand})
     (row,) = check(run_c, run_b).checks
-    drop = np.array(base, dtype=float) - np.array(cand, dtype=float)
     assert row.drop == pytest.approx(0.07)
-    assert row.p_value == pytest.approx(cluster_robust_p(drop, 0.02))
+    assert row.p_value == pytest.approx(p_exceeds(15, 1, 200, 0.02)) and row.p_value < 0.01
     assert row.failed and row.verdict == "REGRESSION" and row.low > 0.02
     # the same drop is tolerated with a wider margin
     assert not check(run_c, run_b, max_drop=0.1).failed
 
 
 def test_a_significant_drop_within_tolerance_passes(tmp_path):
-    base, cand = pass_fail_pair(only_a=30, only_b=0, both=1500, neither=470)
+    base, cand = pass_fail_pair(only_a=60, only_b=0, both=3000, neither=940)
     run_b = synthetic_run(tmp_path / "base", "B", {"ok": base})
     run_c = synthetic_run(tmp_path / "cand", "C", {"ok": cand})
     (row,) = check(run_c, run_b, max_drop=0.02).checks
@@ -213,29 +216,47 @@ def test_bounds_and_detects_are_at_the_holm_level_each_row_was_tested_at(seed):
                                                         + sps.t.ppf(0.8, c.clusters - 1)) * se)
 
 
-def gate_power(n: int, discordance: float, true_drop: float, level: float, runs: int = 4000, seed: int = 11) -> float:
-    """The gate's own test (stats.bound_test) on fresh rows of n independent pairs with this true drop:
-    a pair is discordant with probability max(discordance, drop), against the candidate so that the
-    expected drop is `true_drop`."""
-    from evalsuite.analysis.stats import bound_test
-
-    rng = np.random.default_rng(seed)
-    q = max(discordance, true_drop)
-    u = rng.random((runs, n))
-    drops = np.where(u < (q + true_drop) / 2, 1.0, np.where(u < q, -1.0, 0.0))
-    p = bound_test(drops, np.ones_like(drops), 0.02)["p_exceeds"]
-    return float(np.mean(p < level))
+def measured_power(n: int, level: float, p_lost: float, p_gained: float, runs: int = 4000, seed: int = 11) -> float:
+    """Fresh rows of n independent pairs, lost and gained with these probabilities, each decided by the
+    gate's own p-value: the share it fails at `level`."""
+    u = np.random.default_rng(seed).random((runs, n))
+    lost, gained = (u < p_lost).sum(axis=1), ((u >= p_lost) & (u < p_lost + p_gained)).sum(axis=1)
+    p = {pair: p_exceeds(*pair, n, 0.02) for pair in set(zip(lost.tolist(), gained.tolist()))}
+    return float(np.mean([p[pair] < level for pair in zip(lost.tolist(), gained.tolist())]))
 
 
 @pytest.mark.parametrize("alpha", [0.05, 0.0125])
-def test_detects_of_a_small_pass_fail_cell_is_the_drop_caught_with_80_percent_power(alpha):
-    """50 pairs, 10% discordant: the closed form showed a drop caught about 68% of the time at 0.0125."""
+def test_detects_is_the_drop_caught_with_80_percent_power_under_the_alternative_it_names(alpha):
+    """50 pairs, 10% discordant. Each alternative's `detects` is caught 80% of the time when the drop
+    arrives that way, and is the smallest such drop; the one that assumes every disagreement turns
+    against the candidate is caught far less often when ordinary disagreements persist, which is why
+    the table shows the other."""
     drop = np.zeros(50)
     drop[:4], drop[4] = 1.0, -1.0
     (row,) = decide([Measured("s", "ok", 50, 0.70, 0.64, drop, None, "all", 0.02)], alpha=alpha)
-    assert not row.failed and math.isfinite(row.detectable)
-    assert gate_power(50, 0.10, row.detectable, row.level) >= 0.77
-    assert gate_power(50, 0.10, row.detectable - 0.02, row.level) < 0.8  # and it is the smallest such drop
+    assert not row.failed and row.alternative == PERSIST and row.detectable == row.detects_persist
+    for alternative, shown in ((PERSIST, row.detects_persist), (TURN, row.detects_turn)):
+        assert measured_power(50, row.level, *rates(alternative, 0.1, shown)) >= 0.78
+        assert measured_power(50, row.level, *rates(alternative, 0.1, shown - 0.02)) < 0.8
+    assert row.detects_turn < row.detects_persist
+    assert measured_power(50, row.level, *rates(PERSIST, 0.1, row.detects_turn)) < 0.6
+
+
+def test_detects_names_its_alternative_in_the_table(tmp_path):
+    base, cand = pass_fail_pair(only_a=4, only_b=1, both=30, neither=15)
+    run_b = synthetic_run(tmp_path / "base", "B", {"ok": base})
+    run_c = synthetic_run(tmp_path / "cand", "C", {"ok": cand})
+    shown = check(run_c, run_b)
+    (row,) = shown.checks
+    assert "| detects (ordinary disagreements persist) |" in shown.markdown()
+    assert f"| {row.detects_persist:.3f} |" in shown.markdown()
+    turned = check(run_c, run_b, alternative=TURN)
+    assert "| detects (disagreements turn against the candidate) |" in turned.markdown()
+    assert f"| {row.detects_turn:.3f} |" in turned.markdown() and turned.checks[0].detectable == row.detects_turn
+    assert f"detects {row.detects_persist:.3f} if ordinary disagreements persist, {row.detects_turn:.3f} if " \
+        "disagreements turn" in ET.tostring(shown.junit().getroot(), encoding="unicode")
+    with pytest.raises(UserError, match="unknown alternative 'worst'"):
+        check(run_c, run_b, alternative="worst")
 
 
 def test_a_row_that_cannot_catch_any_drop_says_so():
@@ -247,17 +268,17 @@ def test_a_row_that_cannot_catch_any_drop_says_so():
     assert _num(result_rows[0].detectable) == "none (cannot)"
 
 
-def test_the_gate_holds_its_level_per_cell_and_detects_means_80_percent_power():
-    """A seeded, smaller version of benchmarks/simulate_gate.py (2,000 runs there, 400 here: a
-    standard error of about 0.011 on a rate near 0.05 and 0.02 near 0.8)."""
-    from simulate_gate import detects_power, sweep
+def test_the_gate_holds_its_level_per_cell_and_at_every_n():
+    """Seeded, smaller versions of benchmarks/simulate_gate.py's tables (2,000 runs there, 150 to 400 here)."""
+    from simulate_gate import SIZES, exact_false_alarms, exact_size, small_grid, sweep
 
-    at_tolerance = sweep(400, [0.02] * 4, 0.30, 0.02, seed=3)
-    assert at_tolerance["per_cell"] <= 0.05 + 0.03
-    one_cell = sweep(400, [0.0, 0.0, 0.0, 0.10], 0.10, 0.02, seed=4)
-    assert one_cell["per_cell"] > 0.8 and one_cell["pooled"] < 0.2  # the gate before missed it
-    drop, power = detects_power(400, 5, 0.30, seed=5)
-    assert 0.11 < drop < 0.16 and abs(power - 0.8) < 0.06
+    for cells, per_cell in ((6, 2), (20, 10)):  # the true drop at the tolerance in every cell
+        assert small_grid(400, cells, per_cell, 0.30, seed=3) <= 0.05 + 0.03
+    one_cell = sweep(150, [0.0, 0.0, 0.0, 0.10], 0.10, 0.02, seed=4, decided=1)
+    assert one_cell["per_cell"] > 0.75 and one_cell["pooled"] < 0.2  # the pooled row alone missed it
+    for n in [n for n in SIZES if n <= 200]:  # the exact false-alarm rates at the tolerance, summed
+        assert exact_false_alarms(n, 0.10) <= 0.05 and exact_false_alarms(n, 0.30) <= 0.05, n
+    assert all(exact_size(n) <= 0.05 for n in (5, 8, 20))  # over every discordance
 
 
 def test_decide_in_the_simulation_and_in_the_gate_agree():
@@ -269,6 +290,54 @@ def test_decide_in_the_simulation_and_in_the_gate_agree():
     measured = [Measured("s", "ok", drops[0].size, 0.0, 0.0, drops[0].ravel(), documents, "all", 0.02)]
     measured += [Measured("s", "ok", 250, 0.0, 0.0, drops[0, :, c], None, f"bits={b}", 0.02) for c, b in enumerate(BITS)]
     assert [c.p_value for c in decide(measured, 0.05)] == pytest.approx(holm([t["p_exceeds"][0] for t in tests]))
+
+
+# ---- small cells: an exact test, never certainty from no spread --------------------------------------
+
+GRID_OF_TWELVE = {"lengths": "1024,2048", "depths": "0,0.5,1", "samples": "2", "tokens_per_query": "8"}
+
+
+def with_cell_wrong(good: Path, wrong: Path, folder: Path, cell: dict[str, float] | None) -> Path:
+    """A copy of run `good` whose samples in `cell` (every sample, for None) carry the answers and scores
+    of run `wrong` (the same plan, another model): a candidate right everywhere but there."""
+    shutil.copytree(good, folder)
+    copy, answers = open_run(folder), {r.id: r for r in open_run(wrong).read_records()}
+
+    def inside(record) -> bool:
+        return cell is None or all(record.axes[axis] == value for axis, value in cell.items())
+
+    copy.replace_records([replace(r, outputs=answers[r.id].outputs, scores=answers[r.id].scores) if inside(r) else r
+                          for r in copy.read_records()])
+    return folder
+
+
+def test_two_samples_of_one_cell_flipped_do_not_fail_and_all_twelve_do(tmp_path, capsys):
+    """12 samples in 6 cells of 2. Both samples of one cell going from right to wrong showed p = 0 and
+    bounds [+1.000, +1.000] under the t test (no spread) and failed; the exact test gives that cell
+    p >= 0.26 at best, so it is not testable, and the pooled drop of 0.167 is within noise."""
+    good = needle_run(tmp_path / "good", "fake:oracle", GRID_OF_TWELVE)
+    wrong = needle_run(tmp_path / "wrong", "fake:wrong", GRID_OF_TWELVE)
+    one_cell = with_cell_wrong(good, wrong, tmp_path / "one-cell", {"context_length": 1024, "depth": 0.5})
+    code, out, err = invoke(capsys, "check", str(one_cell), "--baseline", str(good))
+    assert code == 0 and "## evalsuite check: PASS" in out, out + err
+    result = check(one_cell, good)
+    rows_by_cell = {c.cell: c for c in result.checks}
+    assert len(rows_by_cell) == 7 and rows_by_cell["all"].drop == pytest.approx(2 / 12)
+    assert rows_by_cell["all"].verdict == "drop within noise" and rows_by_cell["all"].p_value > 0.05
+    flipped = rows_by_cell["context_length=1024, depth=0.5"]
+    assert flipped.drop == 1.0 and flipped.verdict == "not testable (n = 2: p >= 0.26 at best)"
+    assert math.isnan(flipped.p_value) and flipped.detectable == math.inf and not flipped.failed
+    line = next(line for line in out.splitlines() if "| context_length=1024, depth=0.5 |" in line)
+    assert "| +1.000 [n/a, n/a] |" in line and "| none (cannot) |" in line and "0.795" not in line
+    assert "Holm's step-down over the 1 testable gated rows" in out
+    release = check(good, good, require_non_inferiority=True)  # nor can 12 samples show a drop within 0.02
+    assert all(c.failed for c in release.checks) and release.checks[0].verdict == "NOT SHOWN WITHIN TOLERANCE"
+    assert {c.verdict for c in release.checks[1:]} == {"not testable (n = 2: p >= 0.24 at best)"}
+    everything = with_cell_wrong(good, wrong, tmp_path / "all-wrong", None)
+    code, out, err = invoke(capsys, "check", str(everything), "--baseline", str(good))
+    assert code == 1 and "## evalsuite check: FAIL (1 regression)" in out, out + err
+    (failed,) = check(everything, good).failed
+    assert failed.cell == "all" and failed.drop == 1.0 and failed.p_value == pytest.approx(0.51 ** 12)
 
 
 # ---- tolerances and gated metrics ---------------------------------------------------------------
@@ -305,7 +374,7 @@ def test_metric_gates_a_reported_metric_per_cell(tmp_path, capsys):
                                                             for cell in NEEDLE_CELLS]
     assert second not in [c.metric for c in result.reported]
     code, out, _ = invoke(capsys, "check", str(run), "--baseline", str(run), "--metric", second)
-    assert code == 0 and f"| {second} | context_length=768, depth=1.0 |" in out
+    assert code == 0 and f"| {second} | context_length=1024, depth=1.0 |" in out
 
 
 # ---- refusals: never a pass on nothing -----------------------------------------------------------
@@ -335,17 +404,17 @@ def judged_file(path: Path, values: list[float | None], errors: dict[str, str] |
 
 
 def test_unjudged_samples_are_refused_unless_allowed(tmp_path, capsys):
-    base = judged_file(tmp_path / "base.json", [1, 1, 0, 1, 0, 1])
-    cand = judged_file(tmp_path / "cand.json", [1, None, 0, None, 0, 1])
+    base = judged_file(tmp_path / "base.json", [1, 1, 0, 1, 0, 1] * 2)
+    cand = judged_file(tmp_path / "cand.json", [1, None, 0, None, 0, 1] * 2)
     code, out, err = invoke(capsys, "check", str(cand), "--baseline", str(base))
-    assert code == 2 and "halluc: 2 samples have no judged_lexical value" in err
+    assert code == 2 and "halluc: 4 samples have no judged_lexical value" in err
     assert "--allow-unjudged" in err and len(err.strip().splitlines()) == 1
     code, out, err = invoke(capsys, "check", str(cand), "--baseline", str(base), "--allow-unjudged")
     assert code == 0, err
-    assert "| judged_lexical | all | 4 |" in out and "2 unjudged samples left out of judged_lexical" in out
+    assert "| judged_lexical | all | 8 |" in out and "4 unjudged samples left out of judged_lexical" in out
     # a sample whose generation failed is a fail, not an unjudged sample
-    failed = judged_file(tmp_path / "failed.json", [1, None, 0, 1, 0, 1], errors={"s1": "timeout"})
-    assert check(failed, base).checks[1].n == 6
+    failed = judged_file(tmp_path / "failed.json", [1, None, 0, 1, 0, 1] * 2, errors={"s1": "timeout", "s7": "timeout"})
+    assert check(failed, base).checks[1].n == 12
 
 
 @pytest.mark.parametrize("args, message", [
@@ -391,7 +460,7 @@ def test_an_exported_baseline_gives_the_same_verdicts(tmp_path, capsys):
     code, _, err = invoke(capsys, "check", str(baseline_run), "--export-baseline", str(exported))
     assert code == 0 and exported.is_file(), err
     data = json.loads(exported.read_text())
-    assert data["format"] == "evalsuite-baseline" and len(data["runs"][0]["ids"]) == 8
+    assert data["format"] == "evalsuite-baseline" and len(data["runs"][0]["ids"]) == 12
     assert set(data["runs"][0]["scores"]["correct_all"]) == {1}
     assert data["runs"][0]["gated"] == ["correct_all"] and set(data["runs"][0]["cells"]) == set(NEEDLE_CELLS[1:])
     assert exported.stat().st_size < 20_000
@@ -410,8 +479,8 @@ def test_an_exported_baseline_gives_the_same_verdicts(tmp_path, capsys):
 def test_a_suite_result_is_checked_run_by_run(tmp_path, capsys):
     suite = tmp_path / "two.toml"
     suite.write_text('[[run]]\ntask = "needle"\nname = "short"\n[run.params]\nlengths = [1024]\ndepths = [0, 1]\n'
-                     'samples = 3\n\n[[run]]\ntask = "needle"\nname = "long"\n[run.params]\nlengths = [1024]\n'
-                     'depths = [0, 1]\nsamples = 3\n')
+                     'samples = 8\n\n[[run]]\ntask = "needle"\nname = "long"\n[run.params]\nlengths = [1024]\n'
+                     'depths = [0, 1]\nsamples = 8\n')
     for model in ("fake:oracle", "fake:wrong"):
         code, _, err = invoke(capsys, "run", "--suite", str(suite), "--model", model, "--out", str(tmp_path / "res"),
                               "--no-progress")

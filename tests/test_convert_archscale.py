@@ -191,3 +191,65 @@ def test_a_missing_subln_or_another_architecture_is_one_line(capsys, tmp_path):
                    "--arch", "llama")
     assert other.code == 2 and "converts to --arch diffllama" in other.err
     assert not (tmp_path / "o").exists()
+
+
+LAYER = "transformer.h.1.attn."
+DAMAGED_TENSORS = {  # name: (source tensor replaced, its damaged value's shape, what the line says)
+    "q_proj of the wrong rows": (LAYER + "q_proj.weight", (3 * HEAD_DIM, HIDDEN),
+                                 "is [48, 64], but the config gives it [64, 64]"),
+    "q_proj 1-D": (LAYER + "q_proj.weight", (HIDDEN,), "q_proj.weight is [64]"),
+    "q_proj empty": (LAYER + "q_proj.weight", (0,), "q_proj.weight is [0]"),
+    "k_proj of the wrong rows": (LAYER + "k_proj.weight", (HEAD_DIM, HIDDEN), "num_key_value_heads x head_dim"),
+    "subln of the wrong width": (LAYER + "da.subln.weight", (5,), "subln.weight is [5], but the config gives it [32]"),
+    "subln 2-D": (LAYER + "da.subln.weight", (2, 2 * HEAD_DIM), "subln.weight is [2, 32]"),
+    "proj of the wrong columns": (LAYER + "proj.weight", (HIDDEN, 3 * HEAD_DIM), "proj.weight is [64, 48]"),
+    "w1 of odd rows": ("transformer.h.1.mlp.w1.weight", (3, HIDDEN), "2 x intermediate_size"),
+}
+
+
+def refused(capsys, tmp_path: Path, p: dict, *fields: str):
+    """`convert` of state dict `p` with the test's config, `fields` over it: it must refuse in one line."""
+    from safetensors.torch import save_file
+
+    source = tmp_path / "damaged.safetensors"
+    save_file({k: v.contiguous() for k, v in p.items()}, str(source))
+    given = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                 num_key_value_heads=2, head_dim=HEAD_DIM, vocab_size=vocab(), tie_word_embeddings="false")
+    given.update(field.split("=", 1) for field in fields)
+    ran = invoke(capsys, "convert", str(source), "--out", str(tmp_path / "o"), "--key-map", "builtin:archscale-diff",
+                 "--arch", "diffllama", *[a for k, v in given.items() for a in ("-C", f"{k}={v}")])
+    assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1, ran.err[-2000:]
+    assert not (tmp_path / "o").exists()
+    return ran.err
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_TENSORS))
+def test_a_misshapen_source_tensor_is_one_line_before_any_reshape(capsys, tmp_path, case):
+    name, shape, says = DAMAGED_TENSORS[case]
+    p = archscale_state_dict(2, False)
+    p[name] = torch.zeros(shape)
+    err = refused(capsys, tmp_path, p)
+    assert name in err and says in err
+
+
+def test_a_fused_projection_of_the_wrong_size_or_beside_the_separate_ones_is_one_line(capsys, tmp_path):
+    p = archscale_state_dict(2, True)
+    p[LAYER + "attn.weight"] = torch.zeros(7 * HEAD_DIM + 3, HIDDEN)
+    assert "attn.attn.weight is [115, 64], but the config gives it [128, 64]" in refused(capsys, tmp_path, p)
+    both = archscale_state_dict(2, True)
+    both[LAYER + "q_proj.weight"] = torch.zeros(HEADS * HEAD_DIM, HIDDEN)
+    assert "layer 1 has both the fused attn.attn and q_proj" in refused(capsys, tmp_path, both)
+
+
+@pytest.mark.parametrize("field, says", [
+    ("num_attention_heads=0", "num_attention_heads is 0; a positive whole number"),
+    ("num_attention_heads=3", "num_attention_heads=3 cannot form head pairs"),
+    ("num_key_value_heads=0", "num_key_value_heads is 0; a positive whole number"),
+    ("num_key_value_heads=3", "num_key_value_heads=3 cannot form head pairs"),
+    ("head_dim=-16", "head_dim is -16; a positive whole number"),
+    ("num_attention_heads=1e9", "num_attention_heads"),  # a float: refused by the config or by the check
+    # a whole number that fits no tensor: refused by the shape check, not by a 64 GB `repeat`
+    ("num_attention_heads=1000000000", "gives it [64, 16000000000]"),
+])
+def test_a_config_the_weights_cannot_fill_is_one_line_before_any_reshape(capsys, tmp_path, field, says):
+    assert says in refused(capsys, tmp_path, archscale_state_dict(2, False), field)

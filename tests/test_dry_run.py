@@ -1,4 +1,8 @@
-"""`evalsuite run ... --dry-run`: the plan and a measured time estimate; nothing run, nothing written."""
+"""`evalsuite run ... --dry-run`: the plan and a measured time estimate; nothing run, nothing written.
+
+The estimate scales a plan's tokens by a calibration measured on the machine, so no test here
+rests on what it measures: the commands are given a fixed calibration (`fixed_speed`), and the
+rule that flags a long plan is tested on costs of known seconds."""
 
 from __future__ import annotations
 
@@ -7,8 +11,21 @@ import json
 import pytest
 from conftest import invoke
 
+from evalsuite.engine import plan_cost
+from evalsuite.engine.plan_cost import HOUR, Calibration, GroupCost, PlanCost, describe
 
-def test_paper_64k_plan_on_toy_base_is_counted_and_flagged_as_long(capsys, tmp_path):
+# 1 ms per prompt token and 20 ms per new token: paper-64k's 73.7M prompt tokens are about 20 hours
+FIXED = Calibration(prefill_s_per_token=1e-3, decode_s_per_token=2e-2)
+
+
+@pytest.fixture
+def fixed_speed(monkeypatch):
+    """The calibration of every dry run in the test is FIXED, whatever this machine's speed and load."""
+    monkeypatch.setattr(plan_cost, "calibrate", lambda model: FIXED)
+    return FIXED
+
+
+def test_paper_64k_plan_on_toy_base_is_counted_and_flagged_as_long(capsys, tmp_path, fixed_speed):
     out = tmp_path / "results"
     code, text, err = invoke(capsys, "run", "--model", "toy-base", "--task", "needle", "-T", "preset=paper-64k",
                              "-M", "max_context=65536", "--out", str(out), "--dry-run")
@@ -23,8 +40,9 @@ def test_paper_64k_plan_on_toy_base_is_counted_and_flagged_as_long(capsys, tmp_p
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
-def test_counted_prompt_tokens_match_the_real_runs(capsys, tmp_path):
+def test_counted_prompt_tokens_match_the_real_runs(capsys, tmp_path, fixed_speed, monkeypatch):
     """Every sample of a small plan is built by the dry run: its count is what the run records."""
+    monkeypatch.setattr(plan_cost, "BUILD_BUDGET_S", float(HOUR))  # every length built, however slow the machine
     args = ["--model", "toy-base", "--task", "needle", "-T", "lengths=256,512", "-T", "depths=0,1", "-T", "samples=1",
             "--out", str(tmp_path)]
     code, text, err = invoke(capsys, "run", *args, "--dry-run")
@@ -44,9 +62,27 @@ def test_counted_prompt_tokens_match_the_real_runs(capsys, tmp_path):
     assert planned == measured
 
 
+def _cost_of(seconds: float) -> PlanCost:
+    """A plan of one group whose estimate is `seconds` (a second per prompt token)."""
+    group = GroupCost(length=1024, samples=1, prompt_tokens=round(seconds), new_tokens=0, counted="built")
+    return PlanCost(task="needle", model="m", cells=(("all", 1),), groups=(group,), calibration=Calibration(1.0, 1.0))
+
+
+@pytest.mark.parametrize(("seconds", "long"), [(0, False), (HOUR - 1, False), (HOUR, False), (HOUR + 1, True),
+                                               (40 * HOUR, True)])
+def test_a_plan_is_flagged_as_long_exactly_past_an_hour(seconds, long):
+    first = describe([_cost_of(seconds)]).splitlines()[0]
+    assert first.startswith("dry run: about ") and first.endswith("nothing was run or written")
+    assert ("(more than an hour)" in first) == long, first
+
+
+def test_the_flag_counts_every_plan_together():
+    first = describe([_cost_of(HOUR * 0.6), _cost_of(HOUR * 0.6)]).splitlines()[0]
+    assert "(more than an hour)" in first and "1 h 12 min" in first
+
+
 def test_groups_past_the_build_budget_are_counted_from_their_length(monkeypatch):
     from evalsuite.backends import load_model
-    from evalsuite.engine import plan_cost
     from evalsuite.engine.runner import check_task, make_task, planned_samples
 
     monkeypatch.setattr(plan_cost, "BUILD_BUDGET_S", 0.0)  # only the first (shortest) group is built
@@ -59,6 +95,28 @@ def test_groups_past_the_build_budget_are_counted_from_their_length(monkeypatch)
     assert [(g.length, g.samples, g.new_tokens) for g in cost.groups[1:]] == [(2048, 4, 80), (4096, 4, 80)]
     assert [g.prompt_tokens for g in cost.groups[1:]] == [4 * (2048 - 20), 4 * (4096 - 20)]
     assert cost.seconds == pytest.approx(cost.prompt_tokens * 1e-3 + cost.new_tokens * 1e-2)
+
+
+def test_the_calibration_is_never_zero_and_says_what_it_timed():
+    """toy-base generates past its first token, so its decode is timed; the fake model answers at
+    once, so no decode stands out of the noise: a new token is then priced as a prompt token.
+    Either way both costs are above zero, whatever the machine's speed."""
+    from evalsuite.backends import load_model
+
+    toy = plan_cost.calibrate(load_model("toy-base", {}, device="cpu"))
+    assert toy.prefill_s_per_token > 0 and toy.decode_s_per_token > 0
+    assert toy.basis.startswith("timed on this model: a ") and f"{plan_cost.CALIBRATION_STEPS} more new tokens" in toy.basis
+    instant = plan_cost.calibrate(load_model("fake", {}))
+    assert instant.decode_s_per_token == instant.prefill_s_per_token > 0
+    assert "a new token is taken to cost a prompt token's time" in instant.basis
+
+
+def test_the_printed_estimate_names_its_basis_in_significant_digits():
+    tiny = Calibration(2.5e-5, 2.5e-5, "timed on this model: a 218-token prefill 5.4 ms, 16 more new tokens +0.1 ms")
+    cost = PlanCost(task="needle", model="m", cells=(("all", 1),), calibration=tiny,
+                    groups=(GroupCost(length=1024, samples=1, prompt_tokens=1000, new_tokens=20, counted="built"),))
+    (line,) = [text for text in describe([cost]).splitlines() if text.startswith("  estimate")]
+    assert "0.025 ms per prompt token, 0.025 ms per new token (timed on this model: a 218-token prefill" in line
 
 
 SUITE = """

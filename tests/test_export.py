@@ -118,3 +118,36 @@ def test_two_runs_of_one_task_for_one_model_get_distinct_task_names(capsys, runs
 def test_export_of_a_folder_that_is_not_a_run_is_one_line(capsys, tmp_path):
     code, _, err = invoke(capsys, "export", str(tmp_path), "--out", str(tmp_path / "out"))
     assert code == 2 and err.startswith("error: not a run folder") and len(err.strip().splitlines()) == 1
+
+
+def test_export_refuses_a_run_with_no_readable_record_before_writing(capsys, runs, tmp_path):
+    import shutil
+
+    bad = shutil.copytree(runs["fake:wrong"], tmp_path / "runs" / runs["fake:wrong"].name)
+    (bad / "samples.jsonl").write_bytes(b'{"id": [[[[\n' * 3)
+    out = tmp_path / "export"
+    code, said, err = invoke(capsys, "export", str(runs["fake"]), str(bad), "--out", str(out))
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and "Traceback" not in err and "written" not in said, err
+    assert errors == [f"error: run {bad} holds no readable samples (samples.jsonl is empty, missing or damaged); "
+                      "rerun its command"], err
+    assert not out.exists()  # not even the good run's files: no partial export
+
+
+def test_an_errored_sample_counts_as_report_counts_it(runs, tmp_path):
+    """A sample that failed with an error is 0 on a higher-is-better metric, as in `report`, not left out."""
+    import shutil
+
+    from evalsuite.integrations.lmeval_export import export_runs
+
+    run = shutil.copytree(runs["fake"], tmp_path / "runs" / runs["fake"].name)
+    lines = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    lines[0].update(scores={}, error="RuntimeError: the scorer failed")
+    (run / "samples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    export_runs([run], tmp_path / "export")
+    results = json.loads(Path(lm_utils.get_results_filenames(exported(tmp_path / "export"))[0]).read_text())
+    assert results["results"]["needle"]["correct_all,none"] == pytest.approx(5 / 6)
+    from evalsuite.analysis.frame import run_frame
+    from evalsuite.runs.records import open_run
+
+    assert run_frame(open_run(run))["correct_all"].mean() == pytest.approx(5 / 6)  # the frame report reads

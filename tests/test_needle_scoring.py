@@ -138,6 +138,93 @@ def test_adversarial_forms_are_read_as_a_careful_grader_reads_them(case, output,
     assert Needle().score(case, [output])["hits"] == hits
 
 
+# Lisbon asked first, Kyoto second; Oslo's needle is a distractor and Malmo is no city of the prompt
+L1 = sample(["Lisbon", "Kyoto", "Oslo"], ["3906417", "5550123", "2345678"], 1)
+L2 = sample(["Lisbon", "Kyoto", "Oslo"], ["3906417", "5550123", "2345678"], 2)
+
+# five shapes a careful reader reads differently from a pattern match, each in a few variants, with the
+# verdict per query that reader gives: footnote marks, a city in a parenthetical aside, "not X but Y",
+# "first X, then Y" and a number taken back ("wait, that's Malmo's") or a city declined ("I don't know")
+READER = [
+    # a superscript or subscript digit against a number is a footnote mark, not its last digit
+    (L1, " 3906417\u00b9.", [T]),
+    (L1, " 3906417\u00b2", [T]),
+    (L1, " 3906417\u00b9\u00b2.", [T]),  # footnote 12
+    (L1, " 3906417\u207d\u00b9\u207e", [T]),
+    (L1, " 3906417\u2081", [T]),
+    (L2, " 3906417\u00b9 and 5550123\u00b2", [T, T]),
+    (L1, " \u00b3\u2079\u2070\u2076\u2074\u00b9\u2077", [T]),  # the whole number raised reads as its digits
+    (L1, " 5550123\u00b9.", [F]),  # a footnote does not make a wrong number right
+    (L1, " 390641\u2077", [F]),  # six digits and footnote 7, not 3906417
+    # a city with more than its name in parentheses is an aside about it, not the number's city
+    (L1, " 3906417 (Kyoto: 5550123).", [T]),
+    (L1, " 3906417 (Kyoto: \u2026)", [T]),
+    (L1, " 3906417 (Kyoto's is 5550123)", [T]),
+    (L1, " 3906417 (Kyoto: 5550123, Oslo: 2345678)", [T]),
+    (L2, " 3906417 (Kyoto: 5550123)", [T, T]),
+    (L1, " 5550123 (Kyoto: 3906417)", [F]),  # Lisbon is answered 5550123
+    (L1, " 3906417 (Lisbon)", [T]),  # the city alone in parentheses still names the number's city
+    (L1, " 3906417 (for Lisbon)", [T]),
+    (L1, " 3906417 (Lisbon, the city asked about)", [T]),
+    (L2, " 5550123 (Kyoto) and 3906417 (Lisbon)", [T, T]),
+    # "not X but Y": X is set aside, Y answers
+    (L1, " not 5550123 but 3906417.", [T]),
+    (L1, " not, as it first seemed, 5550123, but 3906417.", [T]),
+    (L1, " not 5550123 or 2345678 but 3906417.", [T]),
+    (L1, " not the 5550123 of Kyoto but 3906417.", [T]),
+    (L1, " neither 5550123 nor 2345678; it is 3906417.", [T]),
+    (L1, " 5550123 is not Lisbon's but Kyoto's; Lisbon's is 3906417.", [T]),
+    (L2, " Lisbon: not 5550123 but 3906417; Kyoto: not 3906417 but 5550123.", [T, T]),
+    (L1, " not 3906417 but 5550123.", [F]),
+    (L1, " not 3906417 or 5550123 but 2345678.", [F]),
+    (L1, " not only 3906417 but also 5550123.", [F]),  # both given: two answers
+    (L1, " Not 100% sure but it's 3906417.", [T]),  # "not ... but" that sets no answer aside
+    # "first X, then Y": a list that says its order in words
+    (L2, " first 3906417, then 5550123.", [T, T]),
+    (L2, " first 3906417 and then 5550123.", [T, T]),
+    (L2, " First, 3906417; then, 5550123.", [T, T]),
+    (L2, " firstly 3906417, secondly 5550123", [T, T]),
+    (L2, " 3906417, then 5550123", [T, T]),
+    (L2, " first 5550123, then 3906417.", [F, F]),  # the question's order, swapped
+    (L2, " first 3906417, then 5550123, then 2345678", [F, F]),  # three answers to two questions
+    (L1, " first 5550123, then 3906417", [F]),  # two answers to one question
+    (L1, " first 3906417, then 5550123", [F]),
+    # a number taken back, given to a name that is no city of the prompt, or a city declined
+    (L1, " 3906417 \u2014 wait, that's Malmo's. I don't know Lisbon's.", [F]),
+    (L1, " 3906417 - no wait, that is Malmo's; I don't know Lisbon's.", [F]),
+    (L1, " 3906417. Sorry, that's Malmo's number, I do not know the one for Lisbon.", [F]),
+    (L1, " 3906417 \u2014 wait, that's Malmo's.", [F]),
+    (L1, " 3906417 is Malmo's.", [F]),
+    (L1, " 3906417 \u2014 wait, that's Kyoto's. I don't know Lisbon's.", [F]),
+    (L1, " 3906417 \u2014 wait, that's wrong. I don't know.", [F]),
+    (L1, " 3906417. I don't know Lisbon's.", [F]),
+    (L1, " I do not know Lisbon's, but 3906417 is my guess.", [F]),
+    (L1, " 5550123 \u2014 wait, that's Kyoto's. Lisbon's is 3906417.", [T]),
+    (L1, " 5550123 \u2014 wait, that's Malmo's. Lisbon's is 3906417.", [T]),
+    (L1, " 5550123. Wait, that's Kyoto's; Lisbon's is 3906417.", [T]),
+    (L1, " 5550123 \u2014 no, sorry, that is wrong; 3906417.", [T]),
+    (L1, " 3906417. I don't know Kyoto's.", [T]),  # declining another city takes nothing back
+    (L2, " 3906417. I don't know Kyoto's.", [T, F]),
+    (L1, " 3906417, which is Lisbon's.", [T]),
+    (L1, " 3906417 \u2014 that's Lisbon's.", [T]),
+    (L1, " I'm not sure, but 3906417.", [T]),
+    (L1, " 3906417. It is not right to guess the others.", [T]),
+]
+
+
+@pytest.mark.parametrize("case, output, hits", READER)
+def test_a_readers_verdicts_on_asides_footnotes_contrasts_orders_and_retractions(case, output, hits):
+    assert Needle().score(case, [output])["hits"] == hits
+
+
+def test_a_declined_city_is_marked_in_the_grade():
+    from evalsuite.tasks.kit.numbers import grade
+
+    graded = grade(" 3906417. I don't know Kyoto's.", ["Lisbon", "Kyoto"], ["3906417", "5550123"],
+                   ["Lisbon", "Kyoto", "Oslo"])
+    assert graded.declined == (False, True) and graded.offered == (("3906417",), ())
+
+
 @pytest.mark.parametrize("case, output, substring", [
     (R1, " 1234567.", [T]),
     (R1, " 12345678.", [T]),  # the public rule: the digits appear, inside a longer number too
@@ -159,6 +246,7 @@ def test_the_substring_metrics_follow_the_public_rule(case, output, substring):
     ("1234567 2345678", ["1234567", "2345678"]), ("1234567,2345678", ["1234567", "2345678"]),
     ("1234567-2345678", ["1234567", "2345678"]), ("Paris-1234567", ["1234567"]), ("(-1234567)", ["-1234567"]),
     ("\u22121234567", ["-1234567"]), ("1'234'567", ["1234567"]), ("1,234", ["1234"]), ("7.5", ["7.5"]),
+    ("1234567\u00b9", ["1234567"]), ("Rome\u00b2: 1234567", ["1234567"]), ("\u00b9\u00b2\u00b3\u2074\u2075", ["12345"]),
 ])
 def test_digit_groups_and_signs(text, expected):
     from evalsuite.tasks.kit.numbers import normalise, numbers

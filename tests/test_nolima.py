@@ -1,6 +1,8 @@
 """The nolima task: its built-in pairs share no content word with their questions, NoLiMa's
-needle-set files load, prompts hold what they should (and never the answer), scoring, and a
-run of the toy pair end to end with heatmaps, comparison and effective lengths."""
+needle-set files load, the built-in story names people and a user's text is filtered, prompts hold
+what they should (and never the answer), the strict scorer and NoLiMa's `contains`, the
+mismatched-question control and the question-blind rules, and runs end to end (the toy pair with
+heatmaps, comparison and effective lengths; toy-base with the control in its report)."""
 
 from __future__ import annotations
 
@@ -165,9 +167,11 @@ def test_a_prompt_holds_its_length_the_needle_at_its_depth_and_no_answer_outside
     task = nolima(lengths="1500", depths="0,0.5,1", samples="2", hops="twohop", distractors="2")
     state = task.prepare(model)
     for sample in task.plan(state):
-        (request,), info = task.requests(sample, model, state)
+        (request, other), info = task.requests(sample, model, state)
         data = sample.data
-        assert abs(info["prompt_tokens"] - (1500 - 12)) <= 15 and request.max_new_tokens == 12
+        assert abs(info["prompt_tokens"] - (1500 - 32)) <= 15 and request.max_new_tokens == other.max_new_tokens == 32
+        # the mismatched question is asked over the very same haystack
+        assert other.prompt == request.prompt.replace(data["question"], data["mismatch"])
         assert abs(info["measured_depth"] - sample.axes["depth"]) < 0.06
         assert request.prompt.count(data["needle"]) == 1 and request.prompt.count(data["bridge"]) == 1
         assert all(d in request.prompt for d in data["distractors"]) and len(data["distractors"]) == 2
@@ -183,7 +187,7 @@ def test_a_prompt_holds_its_length_the_needle_at_its_depth_and_no_answer_outside
 def test_the_name_counts_as_a_whole_word_in_any_case(output, right):
     sample = next(iter(nolima(lengths="256", depths="0", samples="1").plan(None)))
     sample = type(sample)(id=sample.id, task=sample.task, axes=sample.axes, target=("Ines",), data=sample.data)
-    assert nolima().score(sample, [output]) == {"correct": right}
+    assert nolima().score(sample, [output, "None."])["correct"] is right
 
 
 def test_hop_kinds_a_needle_set_lacks_are_one_line(tmp_path):
@@ -200,6 +204,256 @@ def test_a_nolima_file_runs_as_the_needle_set(tmp_path):
     assert {s.data["pair"] for s in samples} == {"0401-T01", "0401-T02", "0408-T01"}
     assert all(s.target[0] in ("Yuki", "Stuart", "Katie", "Megan") for s in samples)
     assert any(s.data["distractors"] == ["There was a sale on milk that week."] for s in samples)
+
+
+# ---- the strict scorer, NoLiMa's `contains` and the mismatched question's "none" ------------------------
+
+def known_names() -> set[str]:
+    from evalsuite.tasks.nolima.story import cast_names
+
+    return {*builtin_data()["characters"], *cast_names()}
+
+
+@pytest.mark.parametrize("output", [
+    "Tobias.", " Tobias", "The character is Tobias.", "Tobias has been to Brussels.", "TOBIAS", " tobias",
+    "The character is Tobias, I think.", "Probably Tobias.", "It's Tobias, not Hana.", "Not Hana, Tobias.",
+    "Hana? No \u2014 Tobias.", "Tobias, who lives next to the Atomium.", "Answer: Tobias", "**Tobias**",
+    "Based on the passage, the character who has been to Brussels is Tobias.",  # a chat model's restatement
+    "Which character has been to Brussels? Tobias.", "Tobias. No one else.", "Tobias, no doubt.",
+    "Hana's neighbour, Tobias.", "Tob\u00edas.", "Tobias lives next to the Atomium, so Tobias.", "No one but Tobias.",
+    "Tobias, rather than Hana.", "Tobias (the Atomium is in Brussels).",
+])
+def test_the_strict_reader_credits_one_name_given_as_the_answer(output):
+    from evalsuite.tasks.nolima.answers import named
+
+    assert named(output, "Tobias", known_names())
+
+
+@pytest.mark.parametrize("output", [
+    "Not Tobias.", "Tobias? No, I don't know.", "Either Tobias or Hana.",  # negated, retracted, hedged
+    "Ines, Tobias, Mireille, Kofi, Anneke, Ravi, Solveig, Dmitri",  # a list of eight names
+    "Tobias?", "Tobias or Hana", "Tobias and Hana.", "Tobias/Hana", "Tobias or someone else", "Maybe Tobias.",
+    "It could be Tobias.", "Tobias, but I'm not sure.", "I don't know. Perhaps Tobias.", "Not only Tobias but also Hana.",
+    "None.", "None of them. Tobias lives next to the Atomium.", "None, but Tobias lives next to the Atomium.",
+    "Tobias is not the answer.", "It isn't Tobias.", "The character is not Tobias.", "Tobias is wrong; it is Hana.",
+    "Tobias \u2014 wait, that's wrong. Hana.", "Tobias. Actually, Hana.", "Tobias, Greta and Kemal",  # story people
+    "Hana.", "Kemal.", "Tobiasz", "",
+])
+def test_the_strict_reader_refuses_negated_hedged_retracted_and_listed_names(output):
+    from evalsuite.tasks.nolima.answers import named
+
+    assert not named(output, "Tobias", known_names())
+
+
+def test_a_retraction_names_the_second_name():
+    """"Anneke? No \u2014 Kofi." answers Kofi: wrong for Anneke, right for Kofi (the needle task's rule for a
+    number the output rejects)."""
+    from evalsuite.tasks.nolima.answers import named
+
+    assert not named("Anneke? No \u2014 Kofi.", "Anneke", known_names())
+    assert named("Anneke? No \u2014 Kofi.", "Kofi", known_names())
+
+
+@pytest.mark.parametrize("output, found", [
+    ("Not Tobias.", True), ("Tobias? No, I don't know.", True), ("Either Tobias or Hana.", True),
+    ("Anneke? No \u2014 Tobias.", True), ("Tobiasz", True), ("Tobias.", True), ("tobias", False), ("Tob\u00edas", False),
+])
+def test_contains_is_nolimas_own_rule_a_case_sensitive_substring(output, found):
+    """NoLiMa's evaluation (async_evaluate.py, metric "contains"): `gold_answer in response`."""
+    from evalsuite.tasks.nolima.answers import contains
+
+    assert contains(output, "Tobias") is found
+
+
+@pytest.mark.parametrize("output, none", [
+    ("None.", True), ("none", True), ("No one.", True), ("Nobody has been to Barcelona.", True),
+    ("No character has been to Barcelona.", True), ("The passage does not say.", True), ("I don't know.", True),
+    ("There is no such character.", True), ("Not Tobias \u2014 no one.", True),
+    ("Tobias.", False), ("None, but Tobias lives next to the Atomium.", False), ("Nobody but Tobias.", False),
+    ("Hana.", False), ("", False),
+])
+def test_the_mismatched_question_is_right_only_when_the_answer_declines(output, none):
+    from evalsuite.tasks.nolima.answers import says_none
+
+    assert says_none(output, known_names()) is none
+
+
+def test_score_reads_both_answers():
+    sample = next(iter(nolima(lengths="256", depths="0", samples="1").plan(None)))
+    name = sample.target[0]
+    assert nolima().score(sample, [f"{name}.", "None."]) == {
+        "correct": True, "contains": True, "mismatch_none": True, "mismatch_named": False}
+    # a model that does not read the question names the needle's character to both
+    assert nolima().score(sample, [f"Not {name}.", f"{name}."]) == {
+        "correct": False, "contains": True, "mismatch_none": False, "mismatch_named": True}
+
+
+# ---- the built-in story and a user's haystack ---------------------------------------------------------------
+
+def test_the_cast_is_disjoint_from_the_characters_and_no_stop_word_or_question_word():
+    from evalsuite.tasks.nolima.story import cast_names
+
+    cast, data = cast_names(), builtin_data()
+    assert len(cast) >= 300 and len(set(cast)) == len(cast)
+    assert all(n.isalpha() and n.isascii() and n[0].isupper() for n in cast)
+    lowered = {n.lower() for n in cast}
+    assert not lowered & {c.lower() for c in data["characters"]} and not lowered & stop_words()
+    questions = set().union(*(stems(p["question"]) | stems(p["key"]) for p in data["pairs"]))
+    assert not {STEM(n.lower()) for n in cast} & questions
+
+
+def story_sample(tokens: int, seed: int = 0) -> list[str]:
+    import itertools
+    import random
+
+    from evalsuite.tasks.nolima.story import cast_names, story_sentences
+
+    return list(itertools.islice(story_sentences(random.Random(seed), cast_names(), tokens), tokens // 12))
+
+
+@pytest.mark.parametrize("tokens", [256, 2048, 131072])
+def test_the_story_names_each_person_once_and_never_a_question_key_or_landmark(tokens):
+    import re
+
+    from evalsuite.tasks.nolima.haystack import term_pattern
+    from evalsuite.tasks.nolima.story import cast_names
+
+    sentences = story_sample(tokens)
+    mentions = [w for s in sentences for w in re.findall(r"[A-Z][a-z]+", s) if w in set(cast_names())]
+    assert len(mentions) == len(set(mentions)) >= min(20, tokens // 60)  # several people, each named once
+    data = builtin_data()
+    terms = [*data["characters"], *data["venues"], *(t for p in data["pairs"] for t in (p["key"], p.get("landmark", "")))]
+    pattern = term_pattern(terms)
+    assert pattern is not None and not [s for s in sentences if pattern.search(s)]
+
+
+def test_no_named_sentence_shares_a_content_word_with_a_question():
+    from evalsuite.tasks.nolima.story import cast_names
+
+    questions = set().union(*(stems(p["question"]) for p in builtin_data()["pairs"]))
+    cast = set(cast_names())
+    named = {s for s in story_sample(8192) if cast & set(s.split())}
+    assert len(named) > 200
+    assert not stems(" ".join(named)) & questions
+
+
+def write_text(tmp_path, text: str):
+    path = tmp_path / "book.txt"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+BOOK = ("The rain kept on all morning. Tobias came by with a letter. The Berliners sang in the square. "
+        "Nobody had seen the Atomium on a postcard. The train was late again. A model aeroplane hung in the "
+        "window. Margit baked two loaves and gave one away. ")
+
+
+def test_a_user_haystack_loses_every_sentence_that_names_a_character_key_or_landmark(tmp_path):
+    from evalsuite.backends import load_model
+
+    model = load_model("fake:echo", {}, "cpu")
+    task = nolima(haystack=write_text(tmp_path, BOOK * 40), lengths="400", depths="0.5", samples="2", hops="onehop")
+    state = task.prepare(model)
+    kept = state.haystack.text.sentences
+    assert set(kept) == {"The rain kept on all morning.", "The train was late again.",
+                         "Margit baked two loaves and gave one away."}
+    assert state.haystack.dropped == 4 * 40
+    for sample in task.plan(state):
+        _, info = task.requests(sample, model, state)
+        assert info["haystack_dropped"] == 160 and "blind_chance" not in info  # the rules have no list of its names
+
+
+def test_a_user_haystack_with_nothing_left_is_one_line(tmp_path):
+    with pytest.raises(UserError, match="every sentence names a character") as caught:
+        nolima(haystack=write_text(tmp_path, "Tobias left. Brussels was grey. "), lengths="256").prepare(None)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_needle_sets_characters_leave_the_cast(tmp_path):
+    from evalsuite.tasks.nolima.story import cast_names
+
+    entries = json.loads(json.dumps(NOLIMA_SET))
+    entries[0]["character_set"] = ["Greta", "Kemal", "Yuki"]
+    state = nolima(needle_set=write_set(tmp_path, entries), hops="onehop").prepare(None)
+    assert {"Greta", "Kemal"} <= set(cast_names()) and not {"Greta", "Kemal"} & set(state.haystack.cast)
+
+
+# ---- the mismatched question and the question-blind rules --------------------------------------------------
+
+def test_each_sample_asks_an_unrelated_pairs_question_the_same_at_every_cell():
+    task = nolima(lengths="256,512", depths="0,1", samples="40")
+    by_id = {p.id: p for p in builtin_pairs("onehop")}
+    kept: dict[tuple[str, str], set[str]] = {}
+    for sample in task.plan(None):
+        data = sample.data
+        assert data["mismatch_pair"] != data["pair"] and data["mismatch"] != data["question"]
+        if sample.axes["hops"] == "onehop":
+            assert by_id[data["pair"]].unrelated(by_id[data["mismatch_pair"]])
+        kept.setdefault((sample.axes["hops"], sample.id[-3:]), set()).add(data["mismatch_pair"])
+    assert all(len(v) == 1 for v in kept.values())
+    # the Sistine Chapel is in Rome: never asked the other's question
+    assert not by_id["sistine"].unrelated(by_id["colosseum"]) and not by_id["colosseum"].unrelated(by_id["sistine"])
+
+
+def test_a_needle_set_of_one_entry_has_no_mismatched_question(tmp_path):
+    with pytest.raises(UserError, match="no question unrelated to pair 0408-T01"):
+        list(nolima(needle_set=write_set(tmp_path, NOLIMA_SET[1:]), hops="onehop").plan(None))
+
+
+def test_the_blind_rules_are_certain_when_the_needle_names_the_only_person():
+    """The haystack before: no name but the needle's, so "answer the one name" is always right."""
+    from evalsuite.tasks.nolima.blind import blind_scores
+
+    pieces = ["The farmer carried a wooden basket.", "Tobias lives next to the Atomium.", "The sky was grey."]
+    assert blind_scores(pieces, {"Tobias", "Hana"}, "Tobias") == {
+        "names_in_prompt": 1, "blind_chance": 1.0, "blind_fewest_mentions": 1.0, "blind_beside_proper_noun": 1.0}
+    pieces = ["Hana mended a sail.", "Greta fed the goats at the Red Lion.", "Greta sang.",
+              "Tobias lives next to the Atomium."]
+    assert blind_scores(pieces, {"Tobias", "Hana", "Greta"}, "Tobias") == {
+        "names_in_prompt": 3, "blind_chance": 1 / 3, "blind_fewest_mentions": 0.5, "blind_beside_proper_noun": 0.5}
+
+
+def test_on_the_default_run_the_question_blind_rules_score_at_chance():
+    """Every prompt of the default run (160, toy-base's tokenizer): several names in each, and a reader
+    who never reads the question is no better than a name drawn at random."""
+    import statistics
+
+    from test_prompt_versions import toy_base
+
+    model = toy_base()
+    task = nolima()
+    state = task.prepare(model)
+    facts = [(s.axes["context_length"], task.requests(s, model, state)[1]) for s in task.plan(state)]
+    assert len(facts) == 160
+
+    def mean(key: str, length: int | None = None) -> float:
+        return statistics.mean(f[key] for at, f in facts if length in (None, at))
+
+    assert mean("names_in_prompt", 256) >= 2.5 and mean("names_in_prompt", 2048) >= 50
+    chance = mean("blind_chance")
+    assert chance <= 0.2
+    assert mean("blind_fewest_mentions") <= chance + 0.01  # every person is named once: a draw among all
+    assert mean("blind_beside_proper_noun") <= 1.25 * chance
+
+
+def test_toy_base_reports_the_control_beside_the_real_questions(tmp_path, capsys):
+    """toy-base through the real runner: the report's section shows both questions' scores and the
+    blind rules, and the headline metric table keeps `correct` apart from the control."""
+    from conftest import invoke
+
+    done = invoke(capsys, "run", "--model", "toy-base", "--task", "nolima", "-T", "lengths=256", "-T", "depths=0,1",
+                  "-T", "samples=2", "--out", str(tmp_path), "--no-progress")
+    assert done.code == 0, done.err
+    (run,) = tmp_path.glob("nolima-*")
+    records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all(len(r["outputs"]) == 2 for r in records)
+    assert all(set(r["scores"]) == {"correct", "contains", "mismatch_none", "mismatch_named"} for r in records)
+    text = invoke(capsys, "report", str(run), "--no-plots").out
+    section = text.split("### Does the model read the question?")[1]
+    assert "| one hop | 4 |" in section and "| two hops (needle and bridge) | 4 |" in section
+    assert "other question: named the character" in section and "blind: fewest mentions" in section
+    row = next(line for line in section.splitlines() if line.startswith("| one hop"))
+    assert row.count("[") == 4 and "| - |" not in row  # four rates with intervals, the blind rules measured
 
 
 # ---- end to end: two models, heatmaps, the comparison and both effective lengths ----------------------
@@ -226,6 +480,7 @@ def test_two_models_run_end_to_end_with_heatmaps_comparison_and_effective_length
     assert "## Effective length" in text and "| tiny-diff |" in text and "| tiny-diff minus tiny-base |" in text
     reported = invoke(capsys, "report", *map(str, runs), "--no-plots")
     assert reported.out.count("### Effective length: ") == 2
+    assert reported.out.count("### Does the model read the question?") == 2
 
 
 # ---- the long-context suite ------------------------------------------------------------------------------
@@ -240,7 +495,7 @@ def test_the_long_context_suite_loads_at_every_scale(scale):
     lengths = {name: by_name[name].task.lengths for name in ("needle", "nolima", "ruler")}
     assert lengths["needle"] == lengths["nolima"] and all(e.clip == "lengths" for e in suite.entries)
     assert by_name["nolima"].task.hops == ("onehop", "twohop") and by_name["nolima"].task.distractors == 1
-    if scale == "tiny":  # the toy models on a CPU
-        assert max(max(v) for v in lengths.values()) <= 1024
+    if scale == "tiny":  # the toy models on a CPU (trained on 1024 tokens, 8192 positions)
+        assert max(max(v) for v in lengths.values()) <= 2048
     assert by_name["ruler-essays"].optional and "DIR/ruler/essays" in by_name["ruler-essays"].missing
     assert suite.scale == scale

@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from evalsuite.analysis.exact import bounds as exact_bounds
+from evalsuite.analysis.exact import p_exceeds, p_within, power, smallest_p, statistic
+from evalsuite.analysis.power import PERSIST, TURN, exact_detects, rates
 from evalsuite.analysis.stats import (
     bound_test,
     cochran_q,
@@ -126,6 +129,109 @@ def test_fewer_than_two_clusters_are_not_testable(drop, clusters, label):
     assert np.isnan(result["p_exceeds"]) and np.isnan(result["p_within"])
     assert np.isnan(detectable_drop(result, 0.02, 0.05))
     assert not_testable(len(drop), result["clusters"]) == label
+
+
+def test_no_spread_on_few_clusters_is_not_certainty():
+    """Two clusters that both dropped by a whole point: the t test has no spread and read p = 0; the gate's
+    t rows give no p below 2^-k (a sign-flip test's smallest), so the bounds are unbounded at 0.05."""
+    result = drop_bound_test(np.array([1.0, 1.0, 1.0, 1.0]), ["a", "a", "b", "b"], 0.02)
+    assert result["se"] == 0.0 and result["p_exceeds"] == 0.25 == result["smallest_p"]
+    assert one_sided_bounds(result, 0.05) == (-math.inf, math.inf)
+    assert detectable_drop(result, 0.02, 0.05) == math.inf
+    assert not_testable(4, 2, 0.25) == "not testable (n = 4 in 2 clusters: p >= 0.25 at best)"
+    many = drop_bound_test(np.full(12, 0.5), None, 0.02)
+    assert many["p_exceeds"] == 0.5**12 and one_sided_bounds(many, 0.05) == (0.5, 0.5)
+
+
+# ---- the exact test of independent pass/fail pairs ---------------------------------------------------
+
+def enumerated_p(lost: int, gained: int, n: int, margin: float) -> float:
+    """p of "true drop <= margin" by brute force: the score statistic from a numerical maximum-likelihood
+    fit of the null, every outcome of n pairs enumerated, the largest tail over 4,001 discordances."""
+    from scipy import optimize
+
+    def statistic(lo: int, ga: int) -> float:
+        ties = n - lo - ga
+        low, high = max(0.0, -margin), (1 - margin) / 2  # x = P(gained), P(lost) = x + margin
+
+        def minus_loglik(x: float) -> float:
+            return -float(sps.multinomial.logpmf([lo, ga, ties], n, [x + margin, x, 1 - 2 * x - margin]))
+
+        x = optimize.minimize_scalar(minus_loglik, bounds=(low + 1e-12, high - 1e-12), method="bounded",
+                                     options={"xatol": 1e-12}).x
+        variance = n * (2 * x + margin - margin**2)
+        return (lo - ga - n * margin) / math.sqrt(variance) if variance > 1e-12 else 0.0
+
+    table = [(lo, ga, statistic(lo, ga)) for lo in range(n + 1) for ga in range(n + 1 - lo)]
+    observed = statistic(lost, gained)
+    region = np.array([[lo, ga] for lo, ga, z in table if z >= observed - 1e-9])
+    best = 0.0
+    for q in np.linspace(abs(margin), 1.0, 4001):
+        probabilities = [(q + margin) / 2, (q - margin) / 2, 1 - q]
+        best = max(best, float(sps.multinomial.pmf(np.column_stack([region, n - region.sum(axis=1)]), n,
+                                                   probabilities).sum()))
+    return best
+
+
+@pytest.mark.parametrize("lost, gained, n, margin", [
+    (2, 0, 2, 0.0), (2, 0, 2, 0.02), (5, 0, 5, 0.02), (4, 1, 12, 0.0), (4, 1, 12, 0.02), (6, 2, 20, 0.1),
+    (3, 3, 20, 0.02), (1, 4, 12, -0.05), (0, 0, 8, 0.02),
+])
+def test_the_exact_p_value_by_brute_force(lost, gained, n, margin):
+    assert p_exceeds(lost, gained, n, margin) == pytest.approx(enumerated_p(lost, gained, n, margin), rel=1e-3)
+
+
+def test_at_a_tolerance_of_0_the_statistic_is_mcnemars_and_two_pairs_give_its_exact_p():
+    lost, gained = np.array([3, 7, 0, 12]), np.array([1, 2, 5, 12])
+    assert statistic(lost, gained, 40, 0.0) == pytest.approx((lost - gained) / np.sqrt(lost + gained))
+    exact_mcnemar = sps.binomtest(2, 2, 0.5, alternative="greater").pvalue  # both pairs lost
+    assert p_exceeds(2, 0, 2, 0.0) == pytest.approx(exact_mcnemar) == 0.25
+    assert [smallest_p(n, 0.02) for n in (2, 4, 5)] == pytest.approx([0.51**2, 0.51**4, 0.51**5])
+    assert p_within(0, 3, 3, 0.02) == pytest.approx(0.49**3) == smallest_p(3, 0.02, within=True)
+
+
+@pytest.mark.parametrize("n", [5, 8, 12, 20])
+def test_the_exact_test_holds_its_level_at_every_discordance(n):
+    """Its rejections at 0.05, summed over every outcome, at a true drop equal to the tolerance (the
+    boundary) and inside the null (a smaller drop), for discordances from the smallest to all pairs."""
+    lost, gained = np.array([(lo, ga) for lo in range(n + 1) for ga in range(n + 1 - lo)]).T
+    rejected = np.array([p_exceeds(int(lo), int(ga), n, 0.02) < 0.05 for lo, ga in zip(lost, gained)])
+    ties = n - lost - gained
+    for q in np.linspace(0.02, 1.0, 50):
+        for true_drop in (0.02, 0.0, -0.1):
+            if q < abs(true_drop):
+                continue
+            probabilities = [(q + true_drop) / 2, (q - true_drop) / 2, 1 - q]
+            size = sps.multinomial.pmf(np.column_stack([lost, gained, ties]), n, probabilities)[rejected].sum()
+            assert size <= 0.05, (n, q, true_drop, size)
+
+
+def test_the_bounds_invert_the_test():
+    """A bound lies past the tolerance exactly when the test rejects there, and p at the bound is the level."""
+    rng = np.random.default_rng(4)
+    for _ in range(12):
+        n = int(rng.choice([3, 8, 30, 120]))
+        discordant = rng.binomial(n, rng.uniform(0.05, 0.6))
+        lost = int(rng.binomial(discordant, rng.uniform(0.4, 0.9)))
+        gained, level, margin = int(discordant - lost), float(rng.choice([0.05, 0.01])), float(rng.choice([0.0, 0.02]))
+        low, high = exact_bounds(lost, gained, n, margin, level)
+        assert (low > margin) == (p_exceeds(lost, gained, n, margin) < level)
+        assert (high < margin) == (p_within(lost, gained, n, margin) < level)
+        assert low <= (lost - gained) / n <= high
+        if -1 < low and high < 1:
+            assert p_exceeds(lost, gained, n, low) >= level > p_exceeds(lost, gained, n, low - 2e-4)
+            assert p_within(lost, gained, n, high) >= level > p_within(lost, gained, n, high + 2e-4)
+
+
+@pytest.mark.parametrize("alternative", [PERSIST, TURN])
+def test_detects_is_the_smallest_drop_with_80_percent_power(alternative):
+    n, discordant, level = 60, 9, 0.0125
+    shown = exact_detects(n, discordant, 0.02, level, alternative)
+    p_lost, p_gained = rates(alternative, discordant / n, shown)
+    assert p_lost - p_gained == pytest.approx(shown)
+    assert power(n, 0.02, level, p_lost, p_gained) >= 0.8
+    assert power(n, 0.02, level, *rates(alternative, discordant / n, shown - 0.001)) < 0.8
+    assert exact_detects(4, 2, 0.02, 0.05, alternative) == math.inf  # four pairs cannot reach 0.05
 
 
 def test_cochran_q_by_hand():

@@ -142,6 +142,34 @@ def test_log_refuses_a_folder_that_is_not_a_finished_run(capsys, tmp_path):
     assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
 
 
+def test_log_sends_the_records_numbers_not_a_summary_that_disagrees(capsys, finished_run, tmp_path):
+    import shutil
+
+    run = shutil.copytree(finished_run, tmp_path / "runs" / finished_run.name)
+    summary = summary_of(run)
+    summary["overall"]["correct_all"], summary["n"] = 0.123, 99  # a stale or edited summary.json
+    (run / "summary.json").write_text(json.dumps(summary))
+    code, _, err = invoke(capsys, "log", str(run), "--to", "tensorboard", "--tensorboard-dir", str(tmp_path / "tb"))
+    assert code == 0, err
+    assert err.count("warning: ") == 1 and "disagrees with the records on 2 number(s)" in err, err
+    events = event_accumulator(tmp_path / "tb" / "needle-fake-oracle")
+    assert events.Scalars("overall/correct_all")[0].value == 1.0  # what the records hold (the oracle is right)
+    assert events.Scalars("n")[0].value == 4 == len((run / "samples.jsonl").read_text().splitlines())
+
+
+def test_log_refuses_a_run_with_no_readable_record(capsys, finished_run, tmp_path):
+    import shutil
+
+    run = shutil.copytree(finished_run, tmp_path / "runs" / finished_run.name)
+    (run / "samples.jsonl").write_bytes(b"\xff\xfe not a record\n" * 4)
+    code, _, err = invoke(capsys, "log", str(run), "--to", "tensorboard", "--tensorboard-dir", str(tmp_path / "tb"))
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and "Traceback" not in err, err
+    assert errors == [f"error: run {run} holds no readable samples (samples.jsonl is empty, missing or damaged); "
+                      "rerun its command"], err
+    assert not (tmp_path / "tb").exists()  # nothing sent
+
+
 def test_a_tracker_that_refuses_is_one_line_naming_the_command_to_send_again(capsys, finished_run, tmp_path,
                                                                               monkeypatch):
     """W&B online without an API key refuses before it opens a connection."""

@@ -175,9 +175,10 @@ def test_a_broken_checkpoint_fails_the_gate_naming_its_step(capsys, series, tmp_
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
     code, out, err = invoke(capsys, "trend", str(series["out"]), "--gate", "--out", str(tmp_path))
     assert code == 1, out + err
-    assert "| toy-base | 4000 | 3000 | 7 | 7 | **REGRESSION** |" in out
+    # the cells of 2 samples are not testable (p >= 0.26 at best); the 12 samples over all fail
+    assert "| toy-base | 4000 | 3000 | 7 | 1 | **REGRESSION** |" in out
     assert "| toy-base | 5000 | 4000 | 7 | 0 | pass |" in out  # the same broken weights again: no drop
-    assert "step 4000 (toy-base) failed correct_all in cell context_length=512, depth=0.5" in out
+    assert "step 4000 (toy-base) failed correct_all over all samples" in out
     assert "step 5000" not in out.split("| pass |")[-1]
     figure = tmp_path / "trend_correct_all.png"
     assert figure.stat().st_size > 10_000
@@ -186,7 +187,7 @@ def test_a_broken_checkpoint_fails_the_gate_naming_its_step(capsys, series, tmp_
     assert matplotlib.image.imread(figure).shape[1] > 500
     table = (tmp_path / "trend.md").read_text()
     assert "## evalsuite check: FAIL" in table  # the full check table of the regression
-    assert "| toy-base | 4000 | 3000 | 7 | 7 | **REGRESSION** |" in summary_file.read_text()
+    assert "| toy-base | 4000 | 3000 | 7 | 1 | **REGRESSION** |" in summary_file.read_text()
 
 
 def test_against_best_gates_the_latest_checkpoint_against_the_best_before_it(capsys, series, tmp_path):
@@ -194,7 +195,7 @@ def test_against_best_gates_the_latest_checkpoint_against_the_best_before_it(cap
     assert code == 0 and "| toy-base | 5000 | 4000 | 7 | 0 | pass |" in out and "PASS (1 checkpoint checked)" in out
     code, out, _ = invoke(capsys, "trend", str(series["out"]), "--gate", "--latest-only", "--against", "best",
                           "--out", str(tmp_path))
-    assert code == 1 and "| toy-base | 5000 | 3000 | 7 | 7 | **REGRESSION** |" in out
+    assert code == 1 and "| toy-base | 5000 | 3000 | 7 | 1 | **REGRESSION** |" in out
 
 
 def test_the_points_hold_each_cell_with_a_wilson_interval(series, tmp_path):
@@ -215,8 +216,8 @@ def test_the_points_hold_each_cell_with_a_wilson_interval(series, tmp_path):
 # ---- series are kept apart; bad input -------------------------------------------------------------
 
 def test_runs_of_another_task_configuration_are_another_series(capsys, tmp_path):
-    for step, lengths in ((1, [768]), (2, [768]), (1, [1024]), (2, [1024])):
-        evalsuite.run("needle", "fake:oracle", out=tmp_path / "r", lengths=lengths, depths=[0, 1], samples=2,
+    for step, lengths in ((1, [768]), (2, [768]), (1, [1024]), (2, [1024])):  # 6 samples: 4 cannot reach 0.05
+        evalsuite.run("needle", "fake:oracle", out=tmp_path / "r", lengths=lengths, depths=[0, 0.5, 1], samples=2,
                       checkpoint_step=step)
     code, out, err = invoke(capsys, "trend", str(tmp_path / "r"), "--gate", "--out", str(tmp_path / "t"))
     assert code == 0, out + err

@@ -21,7 +21,7 @@ from conftest import invoke
 from filelock import FileLock
 
 from evalsuite.analysis.task_of import task_spec
-from evalsuite.runs.records import Record
+from evalsuite.runs.records import Record, open_run
 from evalsuite.viewer import collect, make_server, write_page
 from evalsuite.viewer.samples import RIGHT, TEXT_LIMIT, UNSCORED, WRONG, clipped, outcome, pass_fail_metrics
 
@@ -117,6 +117,33 @@ def test_collect_finds_every_run_pairs_them_by_task_identity_and_finds_the_compa
     assert set(needle["run_links"]) == {diff["name"], base["name"]}
     assert [row[0] for row in needle["overall"]["rows"]] == list(task_spec("needle").metrics)
     assert "heatmap_pair.png" in [i["name"] for i in needle["images"]]
+
+
+def test_a_length_sweep_shows_its_effective_length_and_a_comparison_its_cells_as_a_heatmap(data, results):
+    """The needle runs sweep 256 and 512 tokens: each run says its effective length as `report` does,
+    the comparison both models' and their difference as comparison.json has them, and its cells as a
+    depth x length grid of the headline metric's differences, each with its tooltip."""
+    from evalsuite.analysis.effective_length import effective_length
+    from evalsuite.analysis.frame import run_frame
+
+    diff = by_name(data, "needle-toy-diff")
+    found = effective_length(run_frame(open_run(results / diff["name"])), "correct_all")
+    assert diff["effective"] == f"correct_all: {found.line()}"
+    assert by_name(data, "hallucination-fake-target")["effective"] is None  # not swept over lengths
+    needle = next(c for c in data["comparisons"] if c["task"] == "needle")
+    folder = next(p for p in results.iterdir() if p.name.startswith("compare-needle-"))
+    written = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    assert needle["effective"][-1] == f"correct_all, {needle['names'][0]} minus {needle['names'][1]}: " \
+        + written["effective_length"]["text"]
+    heat = needle["heatmaps"]
+    assert (heat["metric"], heat["columns"], heat["rows"]) == ("correct_all", "context_length", "depth")
+    assert heat["column_values"] == ["256", "512"] and heat["grids"][0]["row_values"] == ["0.0", "0.5", "1.0"]
+    cells = {(str(c["depth"]), str(c["context_length"])): c for c in written["cells"] if c["metric"] == "correct_all"}
+    for r, row in zip(heat["grids"][0]["row_values"], heat["grids"][0]["rows"]):
+        for column, cell in zip(heat["column_values"], row):
+            assert cell["diff"] == cells[(r, column)]["diff"]
+            assert cell["significant"] == cells[(r, column)]["significant"]
+            assert f"n={cells[(r, column)]['n']}" in cell["title"]
 
 
 def test_right_and_wrong_follow_the_gated_metrics_from_the_registry(data, results):
@@ -335,7 +362,9 @@ def test_clicking_through_the_written_page(page, results, tmp_path):
     expect(page.locator("#cmp-overall tbody tr")).to_have_count(len(task_spec("needle").metrics))
     expect(page.locator("#cmp-overall")).to_contain_text("McNemar")
     cells = json.loads((results / comparison / "comparison.json").read_text(encoding="utf-8"))["cells"]
-    expect(page.locator("#cmp-cells tbody tr")).to_have_count(len(cells))
+    expect(page.locator("#cmp-cells tbody tr")).to_have_count(len(cells))  # folded under the heatmap
+    expect(page.locator("#cmp-heatmaps table.heatmap tbody tr")).to_have_count(3)  # depths 0, 0.5 and 1
+    expect(page.locator("#cmp-effective li")).to_have_count(3)
     expect(page.locator("main")).not_to_contain_text("[object")  # every part of the page is an element
     page.click(f'a.cmp-run:text("{base.name}")')
     expect(page.locator("main h2")).to_have_text(base.name)

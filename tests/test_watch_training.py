@@ -15,7 +15,7 @@ from evalsuite.engine.watch import Ledger
 STEPS, EVERY = 4, 2
 
 
-def train(tmp_path: Path, **callback_options) -> tuple[list[dict], Path]:
+def train(tmp_path: Path, extra_callbacks: tuple = (), **callback_options) -> tuple[list[dict], Path]:
     """Four steps of toy-base on a few sentences, saved at steps 2 and 4; the log history and the evaluations' folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
@@ -30,7 +30,8 @@ def train(tmp_path: Path, **callback_options) -> tuple[list[dict], Path]:
                              per_device_train_batch_size=2, learning_rate=1e-5, report_to=[], use_cpu=True,
                              logging_steps=1, disable_tqdm=True, save_strategy="steps")
     callback = EvalsuiteCallback(task="needle", params=NEEDLE, out=out, **callback_options)
-    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[callback])
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      callbacks=[callback, *extra_callbacks])
     trainer.train()
     return trainer.state.log_history, out
 
@@ -49,9 +50,32 @@ def test_each_save_is_evaluated_and_its_metrics_are_in_the_log_history(tmp_path,
         assert config["checkpoint"] == {"step": row["step"], "step_from": "folder name", "family": "run1"}
         summary = json.loads((Path(run) / "summary.json").read_text())
         assert row["evalsuite/needle/correct_all"] == summary["overall"]["correct_all"]
-        assert row["evalsuite/needle/n"] == summary["overall"]["n"] == 4
+        assert row["evalsuite/needle/n"] == summary["overall"]["n"] == 6
     assert "evalsuite/gate_failed" in rows[1]  # the second save was gated against the first
     assert (out / "trend" / "trend.csv").is_file()
+    for step in (2, 4):  # each checkpoint's own state file has its evaluation, though written before it ended
+        state = json.loads((tmp_path / "run1" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert state["global_step"] == step  # the Trainer's state of that checkpoint, only the row added
+        (kept,) = [row for row in state["log_history"] if "evalsuite/needle/correct_all" in row and row["step"] == step]
+        assert kept == next(row for row in rows if row["step"] == step)
+
+
+def test_a_regression_is_said_on_the_training_console(tmp_path, capsys):
+    """After the save at step 2, layer 1's queries and keys are zeroed (the retrieval circuit gone,
+    as watch_checkpoints' worse copy): the save at step 4 regresses, and the console says so."""
+    from transformers import TrainerCallback
+
+    class Damage(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 3:
+                for name in ("q_proj", "k_proj"):
+                    getattr(model.model.layers[1].self_attn, name).weight.data.zero_()
+
+    capsys.readouterr()
+    history, _ = train(tmp_path, extra_callbacks=(Damage(),), mode="in-process")
+    err = capsys.readouterr().err
+    assert [row["evalsuite/gate_failed"] for row in history if "evalsuite/gate_failed" in row] == [1]
+    assert "checkpoint-4 (step 4) REGRESSED against step 2" in err, err[-2000:]
 
 
 def test_a_suite_cannot_run_in_process_and_modes_are_checked():

@@ -29,22 +29,16 @@ import pandas as pd
 
 from evalsuite.analysis.task_of import TaskSpec, installed_task, task_spec
 from evalsuite.errors import UserError
+from evalsuite.runs.confine import file_name
 from evalsuite.runs.identity import identity_difference, task_identity
 from evalsuite.runs.records import RunFolder, config_hash, open_run, write_json_atomic
 
-from .effective_length import (
-    PairedEffectiveLength,
-    check_share,
-    headline_metric,
-    paired_effective_length,
-    paired_json,
-    paired_markdown,
-)
-from .frame import plain, run_frame
+from .effective_length import Definition, PairedEffectiveLength, headline_metric, paired_effective_length
+from .effective_text import paired_json, paired_markdown
+from .frame import ERRORS_RULE, plain, run_frame
 from .side_scores import side_metrics
 from .stats import paired_difference
 from .tables import csv_frame, display_rows, latex, markdown, p_text
-from .tolerances import EFFECTIVE_SHARE
 
 # ---- what a run is: its task identity and the metrics it declares ----------------------------
 
@@ -90,14 +84,11 @@ def paired_values(frame_a: pd.DataFrame, frame_b: pd.DataFrame, metric: str, clu
     """(a, b, pass_fail, clusters) over the pairs where both runs have a value; `clusters` holds
     each pair's value of the task's cluster key (None when the task declares none).
 
-    A pass/fail sample that failed with an error counts as a fail, never as a
-    missing pair: a checkpoint that crashes must not look like one that passes."""
+    The frames come from `run_frame` or `Outcomes.frame`, which score an errored sample
+    (`frame.ERRORS_RULE`: 0 on a higher-is-better metric, never a missing pair, so a checkpoint
+    that crashes cannot look like one that passes)."""
     a, b = metric_values(frame_a, metric), metric_values(frame_b, metric)
     pass_fail = is_pass_fail(a, b)
-    if pass_fail:
-        for values, frame in ((a, frame_a), (b, frame_b)):
-            if "error" in frame.columns:
-                values[np.isnan(values) & frame["error"].notna().to_numpy()] = 0.0
     keep = ~(np.isnan(a) | np.isnan(b))
     clusters = None
     if cluster_key and cluster_key in frame_a.columns:
@@ -167,6 +158,9 @@ class Comparison:
         notes = [f"{len(self.frame_a)} paired samples (joined on sample id)"]
         if only_a or only_b:
             notes.append(f"left out, present in one run only: {only_a} of {self.names[0]}, {only_b} of {self.names[1]}")
+        errored = [int(f["error"].notna().sum()) if "error" in f.columns else 0 for f in (self.frame_a, self.frame_b)]
+        if any(errored):
+            notes.append(f"errored samples: {errored[0]} of {self.names[0]}, {errored[1]} of {self.names[1]}; {ERRORS_RULE}")
         clustered = f", samples resampled by {self.spec.cluster_key}" if self.spec.cluster_key else ""
         notes.append(f"difference = {self.names[0]} minus {self.names[1]}; pass/fail metrics: exact McNemar test, "
                      f"otherwise a sign-flip permutation test; 95% paired bootstrap intervals{clustered}; "
@@ -178,7 +172,7 @@ class Comparison:
         parts = [title, "", *(f"- {note}" for note in self.notes()), "", "## Overall", "",
                  markdown(*display_rows(self.overall, [], self.names))]
         if self.effective is not None:
-            parts += ["", paired_markdown(self.names, self.effective)]
+            parts += ["", paired_markdown(self.names, self.effective, self.alpha)]
         if cells and self.keys:
             parts += ["", "## Per cell", "", markdown(*display_rows(self.cells, self.keys, self.names))]
         return "\n".join(parts) + "\n"
@@ -203,13 +197,12 @@ def run_names(frame_a: pd.DataFrame, frame_b: pd.DataFrame, run_a: RunFolder, ru
     return names if names[0] != names[1] else (run_a.path.name, run_b.path.name)
 
 
-def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effective_share: float = EFFECTIVE_SHARE
+def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effective: Definition | None = None
             ) -> Comparison:
-    """Pair two runs and test every declared metric, overall and per cell; effective lengths count the
-    lengths that keep `effective_share` of the shortest one's score."""
+    """Pair two runs and test every declared metric, overall and per cell; a length-swept task's
+    effective lengths as `effective` defines them (NoLiMa's by default)."""
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
-    check_share(effective_share)
     run_a, run_b = open_run(path_a), open_run(path_b)
     for run in (run_a, run_b):
         if not run.complete:
@@ -226,7 +219,7 @@ def compare(path_a: str | Path, path_b: str | Path, alpha: float = 0.05, effecti
         overall=compare_frames(frame_a, frame_b, (), spec.metrics, alpha, spec.cluster_key),
         cells=compare_frames(frame_a, frame_b, spec.group_by, spec.metrics, alpha, spec.cluster_key)
         if spec.group_by else [],
-        effective=paired_effective_length(frame_a, frame_b, metric, effective_share) if metric is not None else None,
+        effective=paired_effective_length(frame_a, frame_b, metric, effective) if metric is not None else None,
     )
 
 
@@ -280,10 +273,30 @@ def write_comparison(comparison: Comparison, folder: Path) -> list[Path]:
     return written + comparison_plots(comparison, folder)
 
 
+DEFAULT_ALPHA = 0.05  # the significance level of `compare` and of the comparisons `run` writes
+
+
 def comparison_folder(comparison: Comparison, out: str | Path) -> Path:
     digest = config_hash({"a": comparison.run_a.path.name, "b": comparison.run_b.path.name})[:8]
     safe = [n.replace("/", "_") for n in comparison.names]
-    return Path(out) / f"compare-{comparison.task}-{safe[0]}-vs-{safe[1]}-{digest}"
+    name = f"compare-{comparison.task}-{safe[0]}-vs-{safe[1]}-{digest}{settings_suffix(comparison)}"
+    return Path(out) / file_name(name)  # one folder under out
+
+
+def settings_suffix(comparison: Comparison) -> str:
+    """'' under the default settings (the folder `run` writes); else the settings that differ
+    (-alpha0.01, -share0.9, -base500_1000, -floor0.3), so a comparison made with other settings
+    gets a folder of its own instead of replacing the default one."""
+    parts = [f"alpha{comparison.alpha:g}"] if comparison.alpha != DEFAULT_ALPHA else []
+    if comparison.effective is not None:
+        given, default = comparison.effective.a.definition, Definition()
+        if given.share != default.share:
+            parts.append(f"share{given.share:g}")
+        if given.base != default.base:
+            parts.append("base" + "_".join(str(n) for n in given.base))
+        if given.floor != default.floor:
+            parts.append(f"floor{given.floor:g}")
+    return "".join(f"-{part}" for part in parts)
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05) -> Path:
@@ -319,11 +332,11 @@ def _pairs(path_a: Path, path_b: Path) -> list[tuple[Path, Path]]:
 
 
 def compare_inputs(path_a: str | Path, path_b: str | Path, out: str | Path, alpha: float = 0.05,
-                   effective_share: float = EFFECTIVE_SHARE) -> list[tuple[Comparison, Path]]:
+                   effective: Definition | None = None) -> list[tuple[Comparison, Path]]:
     """Compare two runs, or two suite results run by run; write each comparison under `out`."""
     written = []
     for run_a, run_b in _pairs(Path(path_a), Path(path_b)):
-        comparison = compare(run_a, run_b, alpha, effective_share)
+        comparison = compare(run_a, run_b, alpha, effective)
         folder = comparison_folder(comparison, out)
         write_comparison(comparison, folder)
         written.append((comparison, folder))

@@ -21,10 +21,12 @@ from .stats import mean_interval
 
 
 def run_frame(run: RunView) -> pd.DataFrame:
-    """One row per record: run, model, task, the sample's axes and scores as columns."""
+    """One row per record: run, model, task, the sample's axes and scores as columns; an errored
+    sample's metrics as `ERRORS_RULE` says (`score_errors`)."""
     config = run.read_config()
+    records = scored_records(run)
     rows = []
-    for record in scored_records(run):
+    for record in records:
         row: dict[str, Any] = {"run": run.path.name, "model": record.model, "task": record.task, "id": record.id}
         row.update(record.axes)
         row.update({k: v for k, v in record.info.items() if not isinstance(v, (list, dict))})
@@ -32,20 +34,52 @@ def run_frame(run: RunView) -> pd.DataFrame:
         row["error"] = record.error
         rows.append(row)
     frame = pd.DataFrame(rows)
-    _numeric_metrics(frame, config["task"], side_metrics(run))
-    return frame
+    spec = task_spec(config["task"], records)
+    metrics = (*spec.metrics, *side_metrics(run))
+    _numeric_metrics(frame, metrics)
+    return score_errors(frame, metrics, spec.lower_is_better)
 
 
-def _numeric_metrics(frame: pd.DataFrame, task: str, extra: Sequence[str]) -> None:
+def _numeric_metrics(frame: pd.DataFrame, metrics: Sequence[str]) -> None:
     """A metric's value that is not a number (a damaged record, no verdict) becomes missing, and a
     metric no record holds is a column of missing values: tables and tests then show n = 0."""
-    for metric in (*task_spec(task).metrics, *extra):
+    for metric in metrics:
         if metric not in frame.columns:
             frame[metric] = float("nan")
         elif not pd.api.types.is_numeric_dtype(frame[metric]):  # object, or pandas' own text type
             numbers = frame[metric].map(lambda v: float(v) if isinstance(v, (bool, int, float)) else float("nan"))
             if numbers.isna().any():
                 frame[metric] = numbers
+
+
+# the rule for a sample that failed with an error, in words: the reports print it under their tables
+ERRORS_RULE = ("a sample that failed with an error counts as a fail: 0 on every higher-is-better metric, fractional "
+               "scores included; a lower-is-better metric (a loss such as nll) has no value for it")
+
+
+def errored_values(frame: pd.DataFrame, metric: str, lower_is_better: bool = False) -> pd.Series:
+    """The metric as floats (NaN: no value) with the one rule for an errored sample (a row whose
+    `error` is set) applied: 0 on a higher-is-better metric, pass/fail or fractional alike, so a
+    crashing checkpoint never shows a higher rate than its passes earn; no value on a
+    lower-is-better one, where 0 would be the best score (the error count is shown instead).
+    Report, compare, check, trend, the effective length and the Python frame all read it."""
+    if metric not in frame.columns:
+        return pd.Series(float("nan"), index=frame.index)
+    values = pd.to_numeric(frame[metric], errors="coerce").astype(float)
+    if "error" not in frame.columns:
+        return values
+    return values.mask(frame["error"].notna(), float("nan") if lower_is_better else 0.0)
+
+
+def score_errors(frame: pd.DataFrame, metrics: Sequence[str], lower_is_better: Sequence[str] = ()) -> pd.DataFrame:
+    """`frame` (changed in place, and returned) with each of `metrics` read through `errored_values`
+    where a sample errored; a frame without errors is left as it is."""
+    if "error" not in frame.columns or not frame["error"].notna().any():
+        return frame
+    for metric in dict.fromkeys(metrics):
+        if metric in frame.columns:
+            frame[metric] = errored_values(frame, metric, metric in lower_is_better)
+    return frame
 
 
 def load_frame(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -65,7 +99,7 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         for metric in metrics:
             if metric not in part.columns:
                 continue
-            values = _with_errors_as_fails(part, metric).dropna()  # a non-number is no value
+            values = pd.to_numeric(part[metric], errors="coerce").dropna()  # errors already scored (run_frame)
             mean, low, high = mean_interval(values.tolist())
             row[metric] = mean
             row[f"{metric}_low"], row[f"{metric}_high"] = low, high
@@ -73,20 +107,6 @@ def summarize(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         row["errors"] = int(part["error"].notna().sum()) if "error" in part.columns else 0
         rows.append(row)
     return [{k: plain(v) for k, v in row.items()} for row in rows]
-
-
-ERRORS_RULE = "a sample that failed with an error counts as a fail in a pass/fail rate (as in compare and check)"
-
-
-def _with_errors_as_fails(part: pd.DataFrame, metric: str) -> pd.Series:
-    """The metric's values with errored samples of a pass/fail metric as 0: one rule in report, compare
-    and check, so a crashing checkpoint never shows a higher rate than its passes earn. A metric that
-    is not pass/fail (NLL, a mean over queries) has no value for an errored sample."""
-    values = pd.to_numeric(part[metric], errors="coerce")
-    present = values.dropna()
-    if "error" not in part.columns or present.empty or not present.isin((0.0, 1.0)).all():
-        return values
-    return values.mask(values.isna() & part["error"].notna(), 0.0)
 
 
 def _counted(part: pd.DataFrame, metrics: Sequence[str]) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.analysis.task_of import installed_task
+from evalsuite.runs.confine import file_name
 from evalsuite.runs.records import config_hash, write_json_atomic
 
 from .compare import Comparison, compare, comparison_folder, write_comparison
@@ -50,7 +51,7 @@ def grid_folder(comparisons: Sequence[Comparison], out: str | Path) -> Path:
     runs = [comparisons[0].run_a.path.name, *(c.run_b.path.name for c in comparisons)]
     baseline = comparisons[0].names[0].replace("/", "_")
     digest = config_hash({"baseline": runs[0], "runs": runs[1:]})[:8]
-    return Path(out) / f"grid-{comparisons[0].task}-{baseline}-and-{len(comparisons)}-models-{digest}"
+    return Path(out) / file_name(f"grid-{comparisons[0].task}-{baseline}-and-{len(comparisons)}-models-{digest}")
 
 
 def write_grid(comparisons: Sequence[Comparison], folders: Sequence[Path], out: str | Path) -> Path:

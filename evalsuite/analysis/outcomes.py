@@ -24,6 +24,7 @@ from evalsuite.runs.records import RunFolder, open_run, write_json_atomic
 from evalsuite.runs.suite_result import RESULT_FORMAT, read_json_input, suite_runs
 from evalsuite.version import __version__
 
+from .frame import score_errors
 from .side_scores import scored_records, side_metrics
 
 BASELINE_FORMAT = "evalsuite-baseline"
@@ -51,11 +52,13 @@ class Outcomes:
         return str(self.config.get("model", {}).get("name", "?"))
 
     def frame(self) -> pd.DataFrame:
+        """A row per sample: id, each metric (an errored sample's as `frame.ERRORS_RULE` says, also
+        for a baseline file that kept no value for it), error, cluster and cell."""
         frame = pd.DataFrame({"id": list(self.ids), **{m: list(v) for m, v in self.scores.items()}})
         frame["error"] = [self.errors.get(i) for i in self.ids]
         frame["cluster"] = list(self.clusters) if self.clusters is not None else list(self.ids)
         frame["cell"] = list(self.cells) if self.cells is not None else [ALL] * len(self.ids)
-        return frame
+        return score_errors(frame, list(self.scores), self.lower_is_better)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "run": self.run, "config": dict(self.config), "ids": list(self.ids),
@@ -196,5 +199,6 @@ def coverage_notes(pairs: Sequence[tuple[Outcomes, Outcomes]], unmatched: Sequen
                          f"(run with a smaller --limit?); only shared samples are compared")
         errors = sum(1 for i in cand.ids if i in cand.errors)
         if errors:
-            notes.append(f"{cand.name}: {errors} candidate samples failed with an error (counted as fails)")
+            notes.append(f"{cand.name}: {errors} candidate samples failed with an error (0 on every higher-is-better "
+                         "metric; no value of a lower-is-better one)")
     return notes

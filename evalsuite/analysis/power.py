@@ -1,77 +1,70 @@
-"""`detects` of a pass/fail row by simulation: the true drop the gate catches with 80% power.
+"""`detects`: the true drop a gated row catches with 80% power at its level, under a stated alternative.
 
-The closed form tolerance + (t(1 - level) + t(power)) x SE assumes the drop's
-t statistic is close to Student's t, which fails in small cells with few
-discordant pairs: at 50 pairs and 10% discordant, a passing row showed 0.18,
-a drop caught 54% of the time. For a row of independent pass/fail pairs the
-test is simulated instead, at the row's own n, discordance and level:
+How a drop arrives changes the power to see it, so `detects` names its alternative. Both are
+computed for a row of independent pass/fail pairs, q0 being the row's observed discordance
+(the share of pairs on which the two runs disagree) and d the true drop:
 
-- a pair is discordant with probability q = max(observed discordance, d) (a
-  drop of d needs at least d discordant pairs), and a discordant pair goes
-  against the candidate with probability (q + d) / 2q, so the true drop is d;
-- each run draws the counts from the binomial (numpy, seeded) and applies the
-  gate's own test (the drop's t against the tolerance, scipy's Student t);
-- `detects` is the smallest d on a 0.005 grid whose share of failed runs
-  reaches 80%; none up to a drop of 1 (every pair against the candidate)
-  means the row cannot detect any drop, shown as such (`math.inf`).
+- `persist` (the default, and the conservative one): the ordinary disagreements persist. The
+  pairs the runs disagree on without a regression (q0, split evenly between lost and gained)
+  stay, and the drop comes on top: P(lost) = q0/2 + d, P(gained) = q0/2 (the gains shrink only
+  where the two would exceed every pair);
+- `turn`: the disagreements turn against the candidate. The discordance stays q0 as far as the
+  drop allows (at least d), and the drop moves it towards losses: P(lost) = (q + d)/2,
+  P(gained) = (q - d)/2 with q = max(q0, d), so every disagreement is a loss once d >= q0.
 
-Rows of clustered or fractional per-sample drops keep the closed form.
+`turn` puts less noise beside the drop, so its `detects` is smaller: at 50 pairs and 10%
+discordant, the gate catches the drop `turn` shows less than half the time if the ordinary
+disagreements persist instead (`benchmarks/simulate_gate.py`).
+
+The power is exact (`exact.power`: the probability of the test's rejection region at the row's
+level), and `detects` is the smallest drop, to 0.001, whose power reaches 80%; `math.inf` where
+no drop up to 1 does, which is where not even every pair lost reaches the row's level. Other
+rows (clustered, fractional) keep the closed form tolerance + (t(1 - level) + t(0.8)) x SE
+(`stats.detectable_drop`): the observed spread persisting, the `persist` analogue; `turn` is
+defined for pass/fail pairs only (NaN elsewhere).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from functools import lru_cache
 
-import numpy as np
-from scipy import stats as sps
+from .exact import power, smallest_p
 
-RUNS = 4_000  # a power near 0.8 is measured to about +-0.006
-STEP = 0.005
-SEED = 0
-
-
-def simulable(drop: np.ndarray, clusters: Sequence[Any] | None) -> bool:
-    """Independent pass/fail pairs: every per-sample drop is -1, 0 or 1 and no two samples share a cluster."""
-    values = np.asarray(drop, dtype=float)
-    independent = clusters is None or len({str(c) for c in clusters}) == len(clusters)
-    return values.size >= 2 and independent and bool(np.isin(values, (-1.0, 0.0, 1.0)).all())
+PERSIST, TURN = "persist", "turn"
+ALTERNATIVES = {PERSIST: "ordinary disagreements persist", TURN: "disagreements turn against the candidate"}
+POWER = 0.8
+PRECISION = 0.001  # `detects` is a multiple of it: shown to three decimals, its power is at least 80%
 
 
-def rejection_rate(n: int, discordance: float, true_drop: float, tolerance: float, level: float,
-                   runs: int = RUNS, seed: int = SEED) -> float:
-    """The share of simulated rows of n independent pairs that the gate fails at `level`."""
-    q = min(1.0, max(discordance, true_drop))
-    rng = np.random.default_rng(seed)
-    discordant = rng.binomial(n, q, size=runs)
-    against = rng.binomial(discordant, min(1.0, 0.5 + true_drop / (2 * q)) if q > 0 else 0.5)
-    mean = (2 * against - discordant) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.sqrt(n / (n - 1) * (discordant - n * mean**2)) / n
-        t = (mean - tolerance) / se
-    # no spread at all: the gate's test says the drop is exactly what was seen (stats.bound_test)
-    p = np.where(se == 0.0, 1.0 - (mean > tolerance), sps.t.sf(t, n - 1))
-    return float(np.mean(p < level))
+def rates(alternative: str, discordance: float, drop: float) -> tuple[float, float]:
+    """(P(lost), P(gained)) of a pair under `alternative`, at the observed discordance and a true drop."""
+    if alternative == PERSIST:
+        gained = min(discordance / 2, (1 - drop) / 2)
+        return gained + drop, gained
+    if alternative == TURN:
+        q = min(1.0, max(discordance, drop))
+        return (q + drop) / 2, (q - drop) / 2
+    raise ValueError(f"unknown alternative {alternative!r}: one of {', '.join(ALTERNATIVES)}")
 
 
-def simulated_detectable_drop(drop: np.ndarray, tolerance: float, level: float, power: float = 0.8) -> float:
-    """The smallest true drop (on a 0.005 grid past the tolerance) caught with `power` at this row's
-    n, discordance and level; `math.inf` when not even a drop of 1 is. The power grows with the
-    drop, so the grid is bisected."""
-    values = np.asarray(drop, dtype=float)
-    n, discordance = int(values.size), float(np.mean(values != 0.0))
-    grid = np.round(np.arange(math.floor(max(tolerance, 0.0) / STEP) * STEP + STEP, 1.0 + STEP / 2, STEP), 3)
-    caught = [False] * grid.size
-
-    def enough(i: int) -> bool:
-        caught[i] = rejection_rate(n, discordance, float(grid[i]), tolerance, level) >= power
-        return caught[i]
-
-    if grid.size == 0 or not enough(grid.size - 1):
+@lru_cache(maxsize=8192)
+def exact_detects(n: int, discordant: int, tolerance: float, level: float, alternative: str = PERSIST,
+                  target: float = POWER) -> float:
+    """The smallest true drop (to 0.001, rounded up) that the exact test of n independent pairs, of
+    which `discordant` disagreed, rejects at `level` with probability `target` under `alternative`;
+    `math.inf` where no drop up to 1 is (power grows with the drop, so it is bisected)."""
+    if smallest_p(n, tolerance) >= level:
         return math.inf
-    low, high = -1, grid.size - 1  # grid[high] is caught; grid[low] is not (or below the grid)
+    discordance = discordant / n
+
+    def enough(step: int) -> bool:
+        return power(n, tolerance, level, *rates(alternative, discordance, step * PRECISION)) >= target
+
+    # on the grid of PRECISION: `low` is below the target (a drop at the tolerance is rejected at most
+    # `level` of the time), `high` reaches it (every pair lost is rejected)
+    low, high = math.floor(max(tolerance, 0.0) / PRECISION + 1e-9), round(1 / PRECISION)
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if enough(middle) else (middle, high)
-    return round(float(grid[high]), 3)
+    return round(high * PRECISION, 3)

@@ -17,11 +17,11 @@ from evalsuite.errors import UserError
 from evalsuite.runs.records import open_run
 from evalsuite.runs.view import ReadOnlyRun, RunView
 
-from .effective_length import check_share, effective_length, headline_metric, report_markdown
+from .effective_length import Definition, effective_length, headline_metric
+from .effective_text import report_markdown
 from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
 from .tables import markdown
-from .tolerances import EFFECTIVE_SHARE
 
 
 def format_rate(mean: float | None, low: float | None, high: float | None) -> str:
@@ -54,18 +54,17 @@ def view_plots(task: Any, frame: pd.DataFrame, run: RunView, folder: Path, title
     return written
 
 
-def effective_section(task: Any, frame: pd.DataFrame, share: float = EFFECTIVE_SHARE) -> list[str]:
-    """The run's effective length (lengths keeping `share` of the shortest one's score) when its task swept
+def effective_section(task: Any, frame: pd.DataFrame, effective: Definition | None = None) -> list[str]:
+    """The run's effective length, as `effective` defines it (NoLiMa's by default), when its task swept
     context lengths (effective_length.py), else nothing."""
     metric = headline_metric(task)
-    found = effective_length(frame, metric, share) if metric is not None else None
+    found = effective_length(frame, metric, effective) if metric is not None else None
     return [report_markdown(str(frame["model"].iloc[0]), found)] if found is not None else []
 
 
-def report_runs(paths: Iterable[str | Path], plots: bool = True, effective_share: float = EFFECTIVE_SHARE) -> str:
-    """Markdown tables for finished runs (and their plots rewritten when asked); the effective length
-    counts the lengths that keep `effective_share` of the shortest one's score."""
-    check_share(effective_share)
+def report_runs(paths: Iterable[str | Path], plots: bool = True, effective: Definition | None = None) -> str:
+    """Markdown tables for finished runs (and their plots rewritten when asked); a length-swept run's
+    effective length as `effective` defines it (NoLiMa's by default)."""
     sections = []
     for path in paths:
         run = open_run(path)
@@ -85,7 +84,7 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True, effective_share
         section = task.view(task).report_section(ReadOnlyRun(run))  # e.g. judged accuracy, kept beside samples.jsonl
         if section:
             sections.append(section)
-        sections += effective_section(task, frame, effective_share)
+        sections += effective_section(task, frame, effective)
         written = view_plots(task, frame, ReadOnlyRun(run), run.plots, str(frame["model"].iloc[0])) if plots else None
         if written is not None:
             sections.append("plots: " + ", ".join(str(p) for p in written))

@@ -10,12 +10,14 @@ One implementation of each thing, used by every report, `compare` and `check`:
   pass/fail pairs, a sign-flip permutation test otherwise), resampling whole
   clusters when samples share a source item;
 - `drop_bound_test` / `bound_test`: the regression gate's one-sided test of "the
-  drop exceeds the tolerance", with a cluster-robust standard error (`bound_test`
-  takes many runs at once, for the calibration by simulation);
+  drop exceeds the tolerance" for clustered or fractional rows, with a cluster-robust
+  standard error and p no smaller than 2^-k on k clusters (`bound_test` takes many runs
+  at once, for the calibration by simulation); rows of independent pass/fail pairs are
+  tested exactly (`exact.py`);
 - `holm_steps`: Holm's step-down adjustment for several rows gated at once, and
   the level each row was tested at (its bounds and `detectable_drop` use it);
 - `not_testable`: the label of a statistic asked of fewer than two paired samples
-  (or clusters), shown instead of a test;
+  (or clusters), or of a gated row too small to reach its level, shown instead of a test;
 - `cochran_q`: "does the order of the demonstrations matter?" on the same
   questions answered under k orders.
 """
@@ -153,11 +155,14 @@ def mean_band(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) 
 
 # ---- the regression gate ------------------------------------------------------------------------
 
-def not_testable(n: int, clusters: int) -> str:
-    """What a table shows where a test needs two or more paired samples (or clusters) and has fewer."""
-    if n < 2 or clusters == n:
-        return f"not testable (n = {n})"
-    return f"not testable (n = {n} in {clusters} cluster{'s' if clusters != 1 else ''})"
+def not_testable(n: int, clusters: int, smallest_p: float | None = None) -> str:
+    """What a table shows where a test cannot reject: fewer than two paired samples (or clusters), or
+    (given the smallest p-value the row's n can reach) too few to reach the level."""
+    if n < 2 or clusters < 2 or smallest_p is None:
+        where = f"n = {n}" if n < 2 or clusters == n else f"n = {n} in {clusters} cluster{'s' if clusters != 1 else ''}"
+        return f"not testable ({where})"
+    where = f"n = {n}" if clusters == n else f"n = {n} in {clusters} clusters"
+    return f"not testable ({where}: p >= {smallest_p:.2g} at best)"
 
 
 def bound_test(sums: np.ndarray, counts: np.ndarray, tolerance: float | np.ndarray) -> dict[str, np.ndarray]:
@@ -172,20 +177,29 @@ def bound_test(sums: np.ndarray, counts: np.ndarray, tolerance: float | np.ndarr
         residual = sums - mean[..., None] * counts
         se = np.sqrt(k / (k - 1) * np.sum(residual**2, axis=-1)) / total if k >= 2 else np.full(mean.shape, np.nan)
         t = (mean - tolerance) / se
-    # every cluster moved by exactly the same amount: no spread, the drop is what it is
+    # every cluster moved by exactly the same amount: no spread to scale by, so the drop's side of the
+    # tolerance decides, and the floor keeps that from reading as certainty on few clusters
     flat = se == 0.0
-    p_exceeds = np.where(flat, 1.0 - (mean > tolerance), sps.t.sf(t, max(k - 1, 1)))
-    p_within = np.where(flat, 1.0 - (mean < tolerance), sps.t.cdf(t, max(k - 1, 1)))
+    floor = smallest_cluster_p(k)
+    p_exceeds = np.maximum(floor, np.where(flat, 1.0 - (mean > tolerance), sps.t.sf(t, max(k - 1, 1))))
+    p_within = np.maximum(floor, np.where(flat, 1.0 - (mean < tolerance), sps.t.cdf(t, max(k - 1, 1))))
     nan = np.isnan(se)
     return {"drop": mean, "se": se, "df": np.full(mean.shape, max(k - 1, 0)),
             "p_exceeds": np.where(nan, np.nan, p_exceeds), "p_within": np.where(nan, np.nan, p_within),
-            "clusters": np.full(mean.shape, k)}
+            "clusters": np.full(mean.shape, k), "smallest_p": np.full(mean.shape, floor)}
+
+
+def smallest_cluster_p(clusters: int) -> float:
+    """The smallest p-value the t test of the gate gives on k clusters: 2^-k, the smallest a sign-flip
+    test of k clusters can give (every cluster past the tolerance, one way of 2^k). Student's t on
+    bounded scores claims more than k clusters hold, and none at all where they have no spread."""
+    return 0.5 ** clusters
 
 
 def drop_bound_test(drop: np.ndarray, clusters: Sequence[Any] | None, tolerance: float) -> dict[str, Any]:
     """The per-sample drop (baseline minus candidate, in the metric's good direction) against
     the tolerance, with a cluster-robust standard error and Student's t on (clusters - 1)
-    degrees of freedom:
+    degrees of freedom, p no smaller than `smallest_cluster_p`:
 
         p_exceeds  = P(a drop this large | true drop = tolerance)   (small: the drop exceeds it)
         p_within   = P(a drop this small | true drop = tolerance)   (small: it is within it)
@@ -199,9 +213,12 @@ def drop_bound_test(drop: np.ndarray, clusters: Sequence[Any] | None, tolerance:
 
 def one_sided_bounds(result: dict[str, Any], level: float) -> tuple[float, float]:
     """(lower, upper) one-sided (1 - level) confidence bounds of the drop; `level` is the level the
-    row was tested at (Holm's, for a gated row)."""
+    row was tested at (Holm's, for a gated row). Unbounded where no outcome of the row's clusters
+    reaches the level (the test rejects no tolerance there)."""
     if not result["df"] or math.isnan(result["se"]):
         return (math.nan, math.nan)
+    if result["smallest_p"] >= level:
+        return (-math.inf, math.inf)
     q = float(sps.t.ppf(1 - level, result["df"]))
     return (result["drop"] - q * result["se"], result["drop"] + q * result["se"])
 
@@ -209,12 +226,15 @@ def one_sided_bounds(result: dict[str, Any], level: float) -> tuple[float, float
 def detectable_drop(result: dict[str, Any], tolerance: float | np.ndarray, level: float | np.ndarray,
                     power: float = 0.8) -> Any:
     """The true drop that a one-sided test at `level` catches with probability `power` at this n and
-    spread: tolerance + (t(1 - level) + t(power)) x SE. Arrays in, arrays out (NaN below two clusters)."""
+    spread: tolerance + (t(1 - level) + t(power)) x SE; infinite where the row's clusters cannot reach
+    the level at all. Arrays in, arrays out (NaN below two clusters)."""
     df = np.asarray(result["df"], dtype=float)
     with np.errstate(invalid="ignore"):
         quantiles = sps.t.ppf(1 - np.asarray(level), np.where(df > 0, df, np.nan)) + sps.t.ppf(power, np.where(
             df > 0, df, np.nan))
     value = tolerance + quantiles * np.asarray(result["se"], dtype=float)
+    unreachable = np.asarray(result.get("smallest_p", 0.0)) >= np.asarray(level)
+    value = np.where(unreachable & ~np.isnan(value), np.inf, value)
     return float(value) if np.ndim(value) == 0 else value
 
 

@@ -8,7 +8,8 @@ the run recorded: the model's name without its step part) on one task configurat
 
 A point is one checkpoint's metric over one cell of the task's gating axes (needle: length x
 depth), or over all samples ("all"), with its 95% interval (`stats.mean_interval`: Wilson for
-pass/fail outcomes). A sample that failed with an error counts as a fail, as in `check`.
+pass/fail outcomes). A sample that failed with an error scores 0 on a higher-is-better metric
+and has no value of a lower-is-better one (`frame.ERRORS_RULE`), as in report, compare and `check`.
 
 The gate is `check`'s calibrated per-cell gate, unchanged, with the earlier checkpoint as the
 baseline: each checkpoint's gated rows (primary metric over all samples and per cell) are one
@@ -32,7 +33,7 @@ from evalsuite.runs.records import open_run
 from evalsuite.runs.suite_result import suite_runs
 
 from .check import CheckResult, check
-from .compare import is_pass_fail, metric_values
+from .compare import metric_values
 from .gate import MetricCheck
 from .outcomes import ALL, Outcomes, run_outcomes
 from .stats import mean_interval
@@ -172,14 +173,6 @@ def _labels(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
 
 # ---- the points ---------------------------------------------------------------------------------
 
-def _values(frame: pd.DataFrame, metric: str) -> np.ndarray:
-    """A metric per sample; a pass/fail sample that failed with an error counts as a fail."""
-    values = metric_values(frame, metric)
-    if is_pass_fail(values):
-        values[np.isnan(values) & frame["error"].notna().to_numpy()] = 0.0
-    return values
-
-
 def checkpoint_points(series: Series, cp: Checkpoint) -> list[dict[str, object]]:
     """One row per metric and cell (all samples first, then each cell in the plan's order)."""
     frame = cp.outcomes.frame()
@@ -189,7 +182,7 @@ def checkpoint_points(series: Series, cp: Checkpoint) -> list[dict[str, object]]
         cells += [(label, (frame["cell"] == label).to_numpy()) for label in labels]
     rows = []
     for metric in cp.outcomes.scores:
-        values = _values(frame, metric)
+        values = metric_values(frame, metric)  # an errored sample scored by Outcomes.frame (ERRORS_RULE)
         for cell, keep in cells:
             picked = values[keep & ~np.isnan(values)]
             mean, low, high = mean_interval(picked.tolist())

@@ -52,7 +52,8 @@ def _executor_options(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]VALUE",
               help=f"Tolerated drop, as for `evalsuite check` (default {DEFAULT_MAX_DROP:g}).")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME", help="Also gate this metric per cell.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of each gate.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of each gate, between 0 and 1 (as for `evalsuite check`).")
 @click.option("--webhook", default=None, metavar="URL", help="Post a failed gate here (Slack-compatible JSON).")
 @click.option("--log-to", "log_to", multiple=True, type=click.Choice(["wandb", "tensorboard"]),
               help="Send each finished run to a tracker (repeatable), at its checkpoint's step.")
@@ -64,7 +65,7 @@ def _executor_options(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--seed", type=int, default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+@click.option("--out", type=click.Path(), default="results", show_default=True,  # text: '' is refused, not "."
               help="Folder of the run folders; the ledger goes to OUT/watch, the trend to OUT/trend.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def watch(folder: Path, task: str | None, suite: str | None, task_options: tuple[str, ...],
@@ -73,7 +74,8 @@ def watch(folder: Path, task: str | None, suite: str | None, task_options: tuple
     """Follow FOLDER, a training run's output folder, and evaluate each new checkpoint once it is
     complete, lowest step first: append it to the trend (OUT/trend), gate it against the previous
     (or best) one with `check`'s per-cell gate, post a regression to --webhook. Started again, it
-    evaluates nothing twice. Exit 1 when a checkpoint evaluated here regressed or did not load."""
+    evaluates nothing twice. Exit 1 when a checkpoint evaluated here regressed or did not load; 2 on
+    bad input (gate options by `check`'s rules, refused at the start)."""
     from evalsuite import api
     from evalsuite.params import split_pairs
 

@@ -11,12 +11,17 @@ L tokens less the new tokens of the group that was built (the task builds a prom
 its length with the answer budget, as the needle task does), so a 64K plan is counted
 without building a 64K prompt.
 
-The time is an estimate from a short calibration on the loaded model: the cheaper of two
-prefills of CALIBRATION_TOKENS tokens gives seconds per prompt token, the cheaper of two
-decodes of CALIBRATION_STEPS tokens after it seconds per new token; the plan's tokens are
-scaled by them. It counts one sample at a time, so batching makes a GPU run faster than
-said, and attention's growth with length (quadratic in the prompt) is left out, so at long
-contexts the estimate is a floor. Nothing is written.
+The time is an estimate from a short calibration on the loaded model: after one call of two
+new tokens (a backend's first call pays for its lazy set-up), a prefill of CALIBRATION_TOKENS
+tokens gives seconds per prompt token, and the same prompt with CALIBRATION_STEPS more new
+tokens gives seconds per new token (the difference over the tokens it really generated: a
+model may stop early). Each is the faster of two timings when the first took under
+REPEAT_UNDER_S (a slow model is timed once). Where the difference is lost in the machine's
+noise, a new token is taken to cost what a prompt token does (a step runs at least one token
+through the model), and the printed basis says so. The plan's tokens are scaled by the two
+costs. It counts one sample at a time, so batching makes a GPU run faster than said, and
+attention's growth with length (quadratic in the prompt) is left out, so at long contexts the
+estimate is a floor. Nothing is written.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ BUILD_BUDGET_S = 1.5  # seconds spent building prompts to count their tokens bef
 SAMPLES_PER_GROUP = 3  # samples built per context length (their mean stands for the group)
 SAMPLES_WITHOUT_LENGTH = 32  # samples built, within the budget, of a plan whose samples have no context length
 CALIBRATION_TOKENS = 256
-CALIBRATION_STEPS = 8
+CALIBRATION_STEPS = 16  # new tokens timed beyond the prefill's first: enough to stand out of the timing's noise
+REPEAT_UNDER_S = 1.0  # a timing shorter than this is taken twice (the faster counts); a longer one once
 HOUR = 3600.0
 
 
@@ -47,6 +53,7 @@ HOUR = 3600.0
 class Calibration:
     prefill_s_per_token: float
     decode_s_per_token: float
+    basis: str = ""  # what was timed, in words, for the printed estimate
 
 
 @dataclass(frozen=True)
@@ -162,19 +169,30 @@ def calibrate(model: ModelAdapter) -> Calibration:
     filler = sentence * max(1, CALIBRATION_TOKENS // max(1, model.count_tokens(sentence)))
     tokens = max(1, model.count_tokens(filler))
     model.generate([GenerationRequest(prompt=sentence, max_new_tokens=2)])
-    prefill = _fastest(model, GenerationRequest(prompt=filler, max_new_tokens=1))
-    decode = _fastest(model, GenerationRequest(prompt=filler, max_new_tokens=1 + CALIBRATION_STEPS))
-    return Calibration(prefill / tokens, max(0.0, decode - prefill) / CALIBRATION_STEPS)
+    prefill, _ = _fastest(model, GenerationRequest(prompt=filler, max_new_tokens=1))
+    decode, answer = _fastest(model, GenerationRequest(prompt=filler, max_new_tokens=1 + CALIBRATION_STEPS))
+    steps = model.count_tokens(filler + answer) - tokens - 1  # new tokens past the prefill's first
+    basis = (f"timed on this model: a {tokens:,}-token prefill {prefill * 1e3:.1f} ms, "
+             f"{max(steps, 0)} more new tokens {(decode - prefill) * 1e3:+.1f} ms")
+    prefill_per_token = prefill / tokens
+    if steps < 1 or decode - prefill <= prefill_per_token * steps:  # no decode measured above the noise
+        return Calibration(prefill_per_token, prefill_per_token,
+                           basis + "; within the timing's noise, a new token is taken to cost a prompt token's time")
+    return Calibration(prefill_per_token, (decode - prefill) / steps, basis)
 
 
-def _fastest(model: ModelAdapter, request: GenerationRequest, repeats: int = 2) -> float:
-    """The lesser of a few timings: the others are the machine's noise, not the model's cost."""
-    best = float("inf")
-    for _ in range(repeats):
+def _fastest(model: ModelAdapter, request: GenerationRequest) -> tuple[float, str]:
+    """The faster of two timings (the slower one is the machine's noise, not the model's cost),
+    or the one timing when it took REPEAT_UNDER_S or more; and the answer."""
+    best, answer = float("inf"), ""
+    for _ in range(2):
         started = time.perf_counter()
-        model.generate([request])
-        best = min(best, time.perf_counter() - started)
-    return best
+        (answer,) = model.generate([request])
+        took = time.perf_counter() - started
+        best = min(best, took)
+        if took >= REPEAT_UNDER_S:
+            break
+    return best, answer
 
 
 # ---- the printed plan --------------------------------------------------------------------------
@@ -199,6 +217,11 @@ def describe(costs: Sequence[PlanCost]) -> str:
     return "\n".join(lines)
 
 
+def _ms(seconds: float) -> str:
+    """A per-token cost in milliseconds, with three significant digits however small it is."""
+    return f"{seconds * 1e3:.3g} ms"
+
+
 def _describe_one(cost: PlanCost) -> list[str]:
     per_cell = sorted({n for _, n in cost.cells})
     spread = f"{per_cell[0]}" if len(per_cell) == 1 else f"{per_cell[0]}-{per_cell[-1]}"
@@ -211,9 +234,9 @@ def _describe_one(cost: PlanCost) -> list[str]:
         lines.append(f"  | {length} | {group.samples:,} | {group.prompt_tokens:,} | {group.new_tokens:,} | "
                      f"{group.counted} |")
     calibration = cost.calibration
-    lines.append(f"  estimate {duration(cost.seconds)}: {calibration.prefill_s_per_token * 1e3:.3f} ms per prompt "
-                 f"token, {calibration.decode_s_per_token * 1e3:.2f} ms per new token (measured on this model: "
-                 f"{CALIBRATION_TOKENS}-token prefill, {CALIBRATION_STEPS} decode steps; one sample at a time, "
+    basis = calibration.basis or "given, not measured"
+    lines.append(f"  estimate {duration(cost.seconds)}: {_ms(calibration.prefill_s_per_token)} per prompt token, "
+                 f"{_ms(calibration.decode_s_per_token)} per new token ({basis}; one sample at a time, "
                  "attention's growth with length left out)")
     if len(cost.cells) <= 12:
         lines += [f"  cell {label}: {n} sample{'' if n == 1 else 's'}" for label, n in cost.cells]

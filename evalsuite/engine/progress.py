@@ -9,15 +9,20 @@ EVALSUITE_PROGRESS_EVERY overrides it):
 The overall part appears when one command makes several runs (several models, a suite):
 its ETA takes the share of runs done, the current one counted by its samples, as the
 share of the whole (runs of one suite differ in size, so it firms up as runs finish).
+
+`--no-progress` silences the libraries' bars too (loading weights, converting a GGUF file,
+preparing a dataset): they draw with tqdm, several without a switch of their own, so tqdm's
+bars are off by default for the command's runs (`overall(..., bars=False)`), and back after.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -51,13 +56,31 @@ _overall: list[Overall] = []  # the command's runs, while one is being made (a s
 
 
 @contextmanager
-def overall(runs: int) -> Iterator[None]:
-    """Count `runs` runs as one command's work, for the overall ETA (the outermost call counts)."""
+def overall(runs: int, bars: bool = True) -> Iterator[None]:
+    """Count `runs` runs as one command's work, for the overall ETA (the outermost call counts);
+    with `bars` False, no progress bar is drawn meanwhile, a library's included."""
     _overall.append(Overall(runs))
+    try:
+        with ExitStack() as stack:
+            if not bars:
+                stack.enter_context(no_bars())
+            yield
+    finally:
+        _overall.pop()
+
+
+@contextmanager
+def no_bars() -> Iterator[None]:
+    """Every tqdm bar created in the block is disabled unless its caller asks for it (disable=False):
+    transformers' GGUF conversion, for one, draws with tqdm directly, past transformers' own switch."""
+    import tqdm.std
+
+    original = tqdm.std.tqdm.__dict__["__init__"]
+    tqdm.std.tqdm.__init__ = functools.partialmethod(original, disable=True)
     try:
         yield
     finally:
-        _overall.pop()
+        tqdm.std.tqdm.__init__ = original
 
 
 def run_done() -> None:

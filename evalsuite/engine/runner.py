@@ -48,6 +48,7 @@ from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Output, Sam
 from . import progress
 from .code_versions import library_versions, rescore_outdated, task_versions, warn_untested
 from .distributed import World, barrier, device_for, shard, world_from_env
+from .no_score import all_failed_note
 from .steps import checkpoint_of, identity_with_step
 
 T = TypeVar("T")
@@ -65,6 +66,7 @@ class RunOptions:
     checkpoint_step: int | None = None  # the training step (--step); else read from the checkpoint folder
     finished: Callable[[RunFolder], None] | None = None  # hears of each finished run folder (trackers); not hashed
     prefix_cache: bool = True  # False (--no-prefix-cache): adapters that reuse shared prefixes do not; not hashed
+    allow_version_change: bool = False  # resume under other library versions, recording which wrote what; not hashed
 
 
 def make_task(name: str, raw: Mapping[str, str], seed: int | None = None) -> Task:
@@ -150,12 +152,14 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
     config = run_config(task, model, options)
     run = run_folder_for(config, options)
     world = world_from_env()
+    failed_note: str | None = None  # said after the run's last lines, by the main rank
     if world.main:
         run.create(config)
     with run.lock() if world.main else contextlib.nullcontext():
         if world.main:
-            run.read_records(repair=True)  # one consistent samples.jsonl before any rank reads it
+            records = run.read_records(repair=True)  # one consistent samples.jsonl before any rank reads it
             _say(rescore_outdated(task, run, samples))
+            _say(_resumed_versions(run, config["versions"], samples, records, options.allow_version_change))
         barrier(world)
         done = {r.id for r in run.read_records()}
         barrier(world)  # every rank has read the done set before any rank appends
@@ -170,17 +174,42 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
             run.merge([s.id for s in samples])
             if options.step is not None:  # over the merged records, before the summary reads them
                 options.step.apply(ReadOnlyRun(run), options.progress)
-            finish(task, run)
+            failed_note = all_failed_note(task, finish(task, run))
+            _drop_lock_files(run)
         barrier(world)  # no rank reports a run before its summary exists
+    _say(failed_note)
     progress.run_done()
     if world.main and options.finished is not None:
         options.finished(run)
     return run
 
 
+def _resumed_versions(run: RunFolder, current: Mapping[str, str], samples: Sequence[Sample],
+                      records: Sequence[Record], allow: bool) -> str | None:
+    """A resume under other library versions than those that wrote the records so far: refused, or
+    with `allow` recorded in config.json (runs/versions.py says how); a line when it was."""
+    from evalsuite.runs.versions import resume_versions
+
+    done = {record.id for record in records}
+    stored = run.read_config()
+    line = resume_versions(stored, current, [s.id for s in samples if s.id not in done], run.path, allow)
+    if line is not None:
+        write_json_atomic(run.config_path, stored)
+    return line
+
+
 def _say(line: str | None) -> None:
     if line:
         print(line, file=sys.stderr)
+
+
+def _drop_lock_files(run: RunFolder) -> None:
+    """A finished run folder keeps no run.lock or run.pid: they read as "being written". Removed
+    while the lock is still held: a process that opened the old lock file is refused as busy, one
+    that opens it later makes a new one, and this process only releases its lock after this."""
+    for name in ("run.pid", "run.lock"):
+        with contextlib.suppress(OSError):  # Windows keeps a file open elsewhere (filelock removes it there)
+            (run.path / name).unlink(missing_ok=True)
 
 
 def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder, todo: list[Sample],
@@ -348,6 +377,6 @@ def for_each_model(specs: Sequence[str], model_options: Mapping[str, str], devic
 def run_models(task: AnyTask, specs: Sequence[str], model_options: Mapping[str, str], device: str, batch_size: int,
                options: RunOptions) -> list[RunFolder]:
     """Run the same task (hence the same samples) on each model in turn."""
-    with progress.overall(len(specs)):
+    with progress.overall(len(specs), bars=options.progress):  # --no-progress: a library's bars too
         return for_each_model(specs, model_options, device, batch_size, options.out,
                               lambda spec, model: run_task(task, model, options))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalsuite.errors import UserError
+from evalsuite.runs.safe_json import read_json
 from evalsuite.runs.suite_result import write_suite_result
 
 from .run_steps import declared, given_as, owners, step_for
@@ -38,7 +39,8 @@ def run_suite(suite: Suite, specs: Sequence[str], model_options: Mapping[str, st
     suite = check_needs(suite)
     if not suite.entries:
         raise UserError(f"suite {suite.name}: every entry was skipped; provide what the lines above ask for")
-    with overall(len(specs) * len(suite.entries)):  # the overall ETA of progress lines counts every run
+    # the overall ETA of progress lines counts every run; --no-progress silences a library's bars too
+    with overall(len(specs) * len(suite.entries), bars=options.progress):
         return for_each_model(specs, model_options, device, batch_size, options.out,
                               lambda spec, model: _run_entries(suite, spec, model, options))
 
@@ -122,8 +124,8 @@ def _note_replaced(result: Path, scale: str | None, spec: str) -> None:
     """One line when this run replaces the result file of another scale or checkpoint: the file
     lists the newest run of each model, and the older run folders stay beside it."""
     try:
-        before = json.loads(result.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        before = read_json(result)
+    except (OSError, ValueError):  # none yet, or damaged: it is written anew
         return
     if isinstance(before, dict) and (before.get("scale"), before.get("model_spec")) != (scale, spec):
         print(f"note: {result.name} listed the runs of {before.get('model_spec')} at scale {before.get('scale')}; "

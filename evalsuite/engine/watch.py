@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
+import stat
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from typing import Any
 from evalsuite.backends.common.checkpoint import WEIGHT_SUFFIXES, check_weight_files, read_config
 from evalsuite.errors import UserError
 from evalsuite.runs.records import write_json_atomic
+from evalsuite.runs.safe_json import holds, json_lines
 
 from .steps import step_from_name, step_from_trainer_state
 
@@ -67,9 +71,13 @@ def candidates(folder: Path, pattern: str) -> tuple[list[Candidate], list[str]]:
 
 
 def not_ready(folder: Path, marker: str | None) -> str | None:
-    """Why the checkpoint cannot be evaluated yet, or None when its files are complete."""
-    if marker is not None:
-        return None if (folder / marker).exists() else f"no {marker} yet"
+    """Why the checkpoint cannot be evaluated yet, or None when its files are complete. A reason
+    that starts with SKIPPED is a file no load could read (see `odd_file`)."""
+    if marker is not None and not (folder / marker).exists():
+        return f"no {marker} yet"
+    odd = odd_file(folder)
+    if odd is not None or marker is not None:
+        return odd
     if not (folder / "config.json").is_file():
         return "no config.json yet"
     weights = [p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES]
@@ -86,16 +94,39 @@ def not_ready(folder: Path, marker: str | None) -> str | None:
     return None
 
 
+SKIPPED = "skipped: "  # the start of a reason that no wait will end by itself
+
+
+def odd_file(folder: Path) -> str | None:
+    """Why a file of the checkpoint cannot be read as one, or None: a FIFO, socket or device (opening
+    one to read it blocks until some other process writes, perhaps forever), or a file this user may
+    not read. Such a checkpoint is skipped, with a line, until the file is a readable file."""
+    for path in sorted(folder.rglob("*")):
+        try:
+            mode = path.stat().st_mode  # through a link: a link to a FIFO is one
+        except OSError:  # removed since the listing, or a link to nothing: the weights' check names it
+            continue
+        if stat.S_ISDIR(mode):
+            continue
+        name = path.relative_to(folder)
+        if not stat.S_ISREG(mode):
+            kind = "FIFO (named pipe)" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+            return f"{SKIPPED}{name} is a {kind}, not a file; it is evaluated once that is a readable file"
+        if not os.access(path, os.R_OK):
+            return f"{SKIPPED}{name} is not readable (permission denied); it is evaluated once it can be read"
+    return None
+
+
 def signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
     """Every file of the folder with its size and modification time: equal at two looks, nothing grew."""
     files = []
     for path in sorted(folder.rglob("*")):
         try:
-            stat = path.stat()
+            info = path.stat()
         except OSError:  # removed between the listing and the look
             continue
         if path.is_file():
-            files.append((str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns))
+            files.append((str(path.relative_to(folder)), info.st_size, info.st_mtime_ns))
     return tuple(files)
 
 
@@ -146,9 +177,27 @@ class Entry:
         return json.dumps(data, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Entry:
+    def from_dict(cls, raw: Any) -> Entry:
+        """The entry a parsed ledger line holds; ValueError saying which field is not what a
+        watcher writes (a step that is text, runs that are not a list of paths...)."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        for key, kinds in _ENTRY_TYPES.items():
+            if key in raw and not holds(raw[key], kinds):
+                raise ValueError(f"{key!r} is a {type(raw[key]).__name__}")
+        missing = [key for key in ("checkpoint", "path", "step", "status") if key not in raw]
+        if missing:
+            raise ValueError(f"no {missing[0]!r}")
+        if raw["step"] < 0 or not all(isinstance(run, str) for run in raw.get("runs", [])):
+            raise ValueError("a negative step, or runs that are not paths")
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
         return cls(**{**known, "runs": tuple(known.get("runs", ()))})
+
+
+# What each field of a ledger line holds (a bool is not a step).
+_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "checkpoint": (str,), "path": (str,), "step": (int,), "status": (str,), "runs": (list,),
+    "reason": (str, type(None)), "metrics": (dict,), "gate": (dict, type(None)), "signature": (str,), "job": (str,)}
 
 
 class Ledger:
@@ -161,16 +210,32 @@ class Ledger:
 
     def entries(self) -> list[Entry]:
         """Every line, the last one of a checkpoint winning (a failed one tried again); a line
-        cut short by a kill is ignored: its checkpoint is done again, resuming its run folders."""
+        cut short by a kill is ignored: its checkpoint is done again, resuming its run folders.
+        So is a damaged line (not JSON, nested too deep, a field of the wrong type), with one
+        warning line: the ledger is only appended to, so it stays and is said once per process."""
         found: dict[tuple[str, str], Entry] = {}
         if not self.path.is_file():
             return []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        try:
+            raw = self.path.read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        damaged: list[str] = []
+        for line in json_lines(raw):
+            if line.torn:
+                continue
             try:
-                entry = Entry.from_dict(json.loads(line))
-            except (ValueError, TypeError):
+                if line.damage is not None:
+                    raise ValueError(line.damage)
+                entry = Entry.from_dict(line.value)
+            except ValueError as exc:
+                damaged.append(str(exc))
                 continue
             found[entry.path, entry.job] = entry
+        if damaged and (self.path, len(raw)) not in _WARNED:
+            _WARNED.add((self.path, len(raw)))
+            print(f"warning: {self.path}: left out {len(damaged)} damaged line(s) (the first: {damaged[0]}); "
+                  "their checkpoints are evaluated again", file=sys.stderr)
         return list(found.values())
 
     def append(self, entry: Entry) -> None:
@@ -187,6 +252,9 @@ class Ledger:
     def write_state(self, waiting: Mapping[str, str]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.state_path, {"waiting": dict(waiting), "time": time.time()})
+
+
+_WARNED: set[tuple[Path, int]] = set()  # the ledgers this process warned about, by size
 
 
 def files_digest(folder: Path) -> str:

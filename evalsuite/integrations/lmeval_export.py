@@ -10,8 +10,10 @@ lm-eval writes it), shared by every file of one export, so lm-eval's own readers
 (`lm_eval.utils.get_results_filenames`, `get_latest_filename`...) find the latest export.
 
 What maps to what:
-- a task's metric, averaged over the run's scored samples -> `results[task]["<metric>,none"]`,
-  with `"<metric>_stderr,none"` (standard error of the mean, scipy.stats.sem);
+- a task's metric, averaged over the run's records as `report` averages it (an errored sample is
+  0 on a higher-is-better metric, no value on a lower-is-better one) -> `results[task]["<metric>,none"]`,
+  with `"<metric>_stderr,none"` (standard error of the mean, scipy.stats.sem); a run with no
+  readable record is refused before anything is written;
 - each record -> one line of the samples file: `doc` holds the sample's id, axes and
   measured facts, `resps` and `filtered_resps` its outputs, then one key per numeric score;
   `prompt_hash` is the record's prompt hash (the sha256 of the prompt text, as lm-eval's);
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.runs.confine import beside
 from evalsuite.runs.records import Record, RunFolder, open_run
 from evalsuite.version import __version__
 
@@ -51,20 +54,29 @@ def export_time(moment: datetime | None = None) -> str:
 def export_runs(runs: Sequence[str | Path], out: str | Path, *, moment: datetime | None = None) -> list[Path]:
     """Write the finished runs under `out` in lm-eval's layout; returns the files written."""
     folders = [open_run(path) for path in runs]
+    records: dict[Path, list[Record]] = {}  # every run's records read (and refused when none is) before anything is written
     for folder in folders:
         if not folder.complete:
             raise UserError(f"run {folder.path} is not complete (no summary.json); rerun its command to finish it")
+        records[folder.path] = folder.read_records()
+        if not records[folder.path]:
+            raise UserError(f"run {folder.path} holds no readable samples (samples.jsonl is empty, missing or "
+                            "damaged); rerun its command")
     by_model: dict[str, list[RunFolder]] = {}
+    targets: dict[str, Path] = {}  # each model's folder, checked to be one folder under `out` before anything is written
     for folder in folders:
-        by_model.setdefault(str(folder.read_config()["model"]["name"]), []).append(folder)
+        model = str(folder.read_config()["model"]["name"])
+        by_model.setdefault(model, []).append(folder)
+        targets[model] = beside(Path(out), sanitized_model_name(model), f"the model name in {folder.config_path}")
     stamp = export_time(moment)
     written: list[Path] = []
     for model, model_runs in by_model.items():
-        written += _export_model(model, model_runs, Path(out) / sanitized_model_name(model), stamp)
+        written += _export_model(model, model_runs, records, targets[model], stamp)
     return written
 
 
-def _export_model(model: str, runs: list[RunFolder], folder: Path, stamp: str) -> list[Path]:
+def _export_model(model: str, runs: list[RunFolder], records_of: Mapping[Path, list[Record]], folder: Path,
+                  stamp: str) -> list[Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -75,7 +87,7 @@ def _export_model(model: str, runs: list[RunFolder], folder: Path, stamp: str) -
                                 "n-samples", "task_hashes")}
     written = []
     for run, name in zip(runs, names):
-        config, records = run.read_config(), run.read_records()
+        config, records = run.read_config(), records_of[run.path]
         samples = [sample_line(index, record) for index, record in enumerate(records)]
         path = folder / f"samples_{name}_{stamp}.jsonl"
         path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples), encoding="utf-8")
@@ -103,8 +115,7 @@ def _add_task(results: dict[str, Any], name: str, config: Mapping[str, Any], rec
     spec = task_spec(str(config["task"]), records)
     metrics: dict[str, Any] = {"alias": name}
     for metric in spec.metrics:
-        found = [_number(r.scores.get(metric)) for r in records if r.error is None]
-        values = [v for v in found if v is not None]
+        values = _metric_values(records, metric, metric in spec.lower_is_better)
         if values:
             metrics[f"{metric},{FILTER}"], metrics[f"{metric}_stderr,{FILTER}"] = _mean_and_sem(values)
     metrics["name"], metrics["sample_len"] = name, len(records)
@@ -123,6 +134,18 @@ def _add_task(results: dict[str, Any], name: str, config: Mapping[str, Any], rec
     results["n-samples"][name] = {"original": len(records), "effective": len(records)}
     results["task_hashes"][name] = _sha256("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"]
                                                    for s in samples))
+
+
+def _metric_values(records: Sequence[Record], metric: str, lower_is_better: bool) -> list[float]:
+    """The metric's values over the records, an errored sample's by the rule `report` uses
+    (analysis.frame.errored_values: 0 on a higher-is-better metric, no value on a lower-is-better one)."""
+    import pandas as pd
+
+    from evalsuite.analysis.frame import errored_values
+
+    frame = pd.DataFrame({metric: pd.Series([_number(r.scores.get(metric)) for r in records], dtype=float),
+                          "error": [r.error for r in records]})
+    return [float(v) for v in errored_values(frame, metric, lower_is_better).dropna()]
 
 
 def _mean_and_sem(values: list[float]) -> tuple[float, Any]:

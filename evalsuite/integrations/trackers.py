@@ -1,8 +1,11 @@
 """Finished runs sent to experiment trackers: Weights & Biases and TensorBoard.
 
 A tracker gets what a finished run folder holds, read through the run-folder format
-(`runs.records.open_run`), never from a live model: the summary's metrics (overall and
-per cell), the images under plots/, and a table of samples. Everything is keyed by the
+(`runs.records.open_run`), never from a live model: the metrics (overall and per cell),
+computed from the records as `report` computes them (summary.json, a cache of them, must be a
+readable object; numbers of it that disagree with the records are said in a warning line and
+not sent; a run with no readable record is refused), the images under plots/, and a table of
+samples. Everything is keyed by the
 run's training step (config.json's `checkpoint.step`, 0 when the run has none), so runs of
 one model's checkpoints (one `checkpoint.family`) draw a curve over training.
 
@@ -27,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError, first_line, unknown
+from evalsuite.runs.confine import file_name
 from evalsuite.runs.records import RunFolder, open_run
+from evalsuite.runs.safe_json import read_json
 
 PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}  # tracker -> the package it needs
 MAX_TABLE_ROWS = 10_000  # a samples table beyond this is cut (a tracker's page would not load it)
@@ -67,21 +72,23 @@ def run_content(path: str | Path) -> RunContent:
     if not run.complete:
         raise UserError(f"run {run.path} is not complete (no summary.json); rerun its command to finish it")
     config = run.read_config()  # a checkpoint that is not an object, a step that is not a number: one line
-    summary = read_summary(run)
+    summary = records_summary(run)
+    scalars = summary_scalars(summary)
+    _warn_if_stale(run, summary_scalars(read_summary(run)), scalars)
     columns, rows = sample_table(run)
     checkpoint = config.get("checkpoint") or {}  # the training step and the checkpoints' family, when known
     family = str(checkpoint.get("family") or config.get("model", {}).get("name", "model"))
     step = checkpoint.get("step", config.get("step"))
     return RunContent(
         name=run.path.name, series=f"{config.get('task', 'task')}-{family}", step=int(step or 0),
-        config=_tracker_config(config), scalars=summary_scalars(summary),
+        config=_tracker_config(config), scalars=scalars,
         images=tuple(sorted(run.plots.glob("*.png"))) if run.plots.is_dir() else (), columns=columns, rows=rows)
 
 
 def read_summary(run: RunFolder) -> dict[str, Any]:
     """summary.json as an object, or one line saying why it is not one (a rerun rewrites it)."""
     try:
-        summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+        summary = read_json(run.summary_path)
     except (OSError, ValueError) as exc:
         raise UserError(f"{run.summary_path} is not readable ({exc}); delete it and rerun the run's "
                         "command to write it again") from None
@@ -89,6 +96,34 @@ def read_summary(run: RunFolder) -> dict[str, Any]:
         raise UserError(f"{run.summary_path} holds a {type(summary).__name__}, not a JSON object; delete "
                         "it and rerun the run's command to write it again")
     return summary
+
+
+def _warn_if_stale(run: RunFolder, stored: Mapping[str, float], computed: Mapping[str, float]) -> None:
+    """One warning line when summary.json's numbers are not the records' (an edit, a stale copy)."""
+    differ = [key for key, value in computed.items() if key in stored and not math.isclose(stored[key], value)]
+    if differ:
+        key = differ[0]
+        print(f"warning: {run.summary_path} disagrees with the records on {len(differ)} number(s) (first: {key} "
+              f"{stored[key]:g} there, {computed[key]:g} in the records); sent the records' numbers, and rerunning "
+              "the run's command writes the summary again", file=sys.stderr)
+
+
+def records_summary(run: RunFolder) -> dict[str, Any]:
+    """The summary's numbers (n, errors, overall and per-cell rows) computed from the run's records,
+    with the metrics `report` shows (the task's and its judges'), or one line when no record is
+    readable: a tracker's curve never shows a number the records do not hold."""
+    from evalsuite.analysis.frame import run_frame, summarize
+    from evalsuite.analysis.side_scores import side_metrics
+    from evalsuite.analysis.task_of import task_spec
+
+    frame = run_frame(run)
+    if frame.empty:
+        raise UserError(f"run {run.path} holds no readable samples (samples.jsonl is empty, missing or damaged); "
+                        "rerun its command")
+    spec = task_spec(str(run.read_config()["task"]), run.read_records())
+    metrics = (*spec.metrics, *side_metrics(run))
+    return {"n": len(frame), "errors": int(frame["error"].notna().sum()) if "error" in frame.columns else 0,
+            "overall": summarize(frame, (), metrics)[0], "cells": summarize(frame, spec.group_by, metrics)}
 
 
 def _tracker_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,13 +207,14 @@ def send_wandb(content: RunContent, project: str | None = None) -> str:
 
 def send_tensorboard(content: RunContent, log_dir: Path) -> str:
     """Event files under `log_dir/<task>-<family>` (the checkpoints' family, else the model's
-    name), so that runs of one model's checkpoints add points to the same curves: scalars, plots
-    as images, samples as a markdown table."""
+    name, as one file name: `org/name` is `org_name`, and nothing in config.json leads outside
+    `log_dir`), so that runs of one model's checkpoints add points to the same curves: scalars,
+    plots as images, samples as a markdown table."""
     from torch.utils.tensorboard import SummaryWriter
 
     from evalsuite.analysis.tables import markdown as markdown_table
 
-    folder = log_dir / content.series
+    folder = log_dir / file_name(content.series)
     writer = SummaryWriter(log_dir=str(folder))
     try:
         for tag, value in content.scalars.items():

@@ -11,7 +11,10 @@ At each save the callback evaluates the checkpoint just written, in one of two w
 
 Either way the checkpoint goes through the watcher's ledger, trend and gate (OUT/watch,
 OUT/trend), and its metrics go into the trainer's log history as `evalsuite/<task>/<metric>`
-at the checkpoint's step, as soon as they are known.
+at the checkpoint's step, as soon as they are known, and into that checkpoint's own
+trainer_state.json (the Trainer wrote it before the evaluation). The gate's verdict (and a
+checkpoint that could not be evaluated) is said on the training console, not only in the
+child's log file.
 
     from evalsuite.integrations.training import EvalsuiteCallback
     trainer.add_callback(EvalsuiteCallback(task="needle", params={"lengths": [1024]}, out="evals"))
@@ -19,6 +22,8 @@ at the checkpoint's step, as soon as they are known.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -29,6 +34,7 @@ from typing import Any
 from evalsuite.engine.watch import Candidate, Ledger
 from evalsuite.errors import UserError
 from evalsuite.params import option_text
+from evalsuite.runs.safe_json import DamagedJSON, read_json
 
 MODES = ("process", "in-process")
 
@@ -54,7 +60,8 @@ class Evaluations:
         self.watch_args = tuple(watch_args)  # more `evalsuite watch` options: --webhook URL, --against best...
         self.child: subprocess.Popen[bytes] | None = None
         self.again: Path | None = None  # a save made while a child ran: the folder to look at next
-        self.logged: set[str] = set()
+        self.logged: set[str] = set()  # the checkpoints (paths) whose outcome was logged and said
+        self.folders: dict[int, Path] = {}  # step -> the checkpoint folder evaluated at it
         self.stamp: tuple[int, int] | None = None  # the ledger's size and modification time when last read
 
     # ---- a save -----------------------------------------------------------------------------
@@ -131,7 +138,8 @@ class Evaluations:
     # ---- the metrics ------------------------------------------------------------------------
 
     def new_logs(self) -> list[dict[str, Any]]:
-        """One log row per checkpoint evaluated since the last call: its metrics at its step."""
+        """One log row per checkpoint evaluated since the last call: its metrics at its step. Its
+        gate's verdict, or why it could not be evaluated, is said on the console (stderr) once."""
         ledger = Ledger(self.out)
         try:
             stat = ledger.path.stat()
@@ -142,9 +150,14 @@ class Evaluations:
         self.stamp = (stat.st_size, stat.st_mtime_ns)
         rows = []
         for entry in sorted(ledger.entries(), key=lambda e: e.step):
-            if entry.status != "ok" or entry.path in self.logged:
+            if entry.path in self.logged:
                 continue
             self.logged.add(entry.path)
+            if entry.status != "ok":
+                _say(f"evalsuite: {entry.checkpoint} (step {entry.step}) was not evaluated: {entry.reason} "
+                     f"(details in {self.out / 'watch'})")
+                continue
+            self.folders[entry.step] = Path(entry.path)
             row: dict[str, Any] = {"step": entry.step}
             for metrics in entry.metrics.values():
                 task = metrics.get("task") or "run"
@@ -152,8 +165,50 @@ class Evaluations:
                             if k != "task" and not k.endswith(("_low", "_high"))})
             if entry.gate is not None:
                 row["evalsuite/gate_failed"] = int(bool(entry.gate.get("failed")))
+                _say_gate(entry.gate)
             rows.append(row)
         return rows
+
+    def keep_in_checkpoints(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Each row into the trainer_state.json of the checkpoint it measured: the Trainer wrote that
+        file before the evaluation ended, so without this the metrics reach only later checkpoints'."""
+        for row in rows:
+            folder = self.folders.get(row["step"])
+            if folder is not None:
+                add_to_trainer_state(folder / "trainer_state.json", row)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _say_gate(gate: Mapping[str, Any]) -> None:
+    """The watcher's verdict line, with the failed cells under a regression."""
+    _say(str(gate.get("verdict", "")))
+    if gate.get("failed"):
+        for line in gate.get("cells") or ():
+            _say(f"  {line}")
+
+
+def add_to_trainer_state(path: Path, row: Mapping[str, Any]) -> None:
+    """`row` appended to the log history of the Trainer state file at `path` (once), rewritten
+    whole through a temporary file; a checkpoint already rotated away (save_total_limit), or a
+    state file that is not the Trainer's, is left as it is."""
+    try:
+        state = read_json(path)
+    except (OSError, DamagedJSON):
+        return
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list) or dict(row) in history:
+        return
+    history.append(dict(row))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk must not stop training: the log history still has the row
+        tmp.unlink(missing_ok=True)
+        _say(f"evalsuite: could not add the evaluation to {path}: {exc.strerror or exc}")
 
 
 @cache
@@ -183,7 +238,10 @@ def _trainer_callback() -> type:
             self._log(state)
 
         def _log(self, state: Any) -> None:
-            state.log_history.extend(self.evaluations.new_logs())  # what Trainer.log appends to
+            rows = self.evaluations.new_logs()
+            state.log_history.extend(rows)  # what Trainer.log appends to, saved with the next checkpoint
+            if state.is_world_process_zero:
+                self.evaluations.keep_in_checkpoints(rows)
 
     return EvalsuiteCallback
 

@@ -15,7 +15,9 @@ Executors:
   machine): what tests a cluster set-up without a cluster.
 
 A job returns what it made, or the one-line reason it failed (a checkpoint that does not
-load): a failure is the checkpoint's, never the watcher's.
+load): a failure is the checkpoint's, never the watcher's. A run folder that another process
+holds (a second watcher on the same OUT) is neither: the job says it is busy, and the watcher
+tries the checkpoint again at a later look.
 """
 
 from __future__ import annotations
@@ -100,11 +102,16 @@ class EvalJob:
 
 
 def run_job(job: EvalJob, checkpoint: str) -> dict[str, Any]:
-    """A job's outcome as plain data (what a submitit job sends back): {"runs": [...]} or {"error": why}."""
+    """A job's outcome as plain data (what a submitit job sends back): {"runs": [...]}, {"error": why},
+    or {"busy": why} when another process is writing one of its run folders (a wait, not a failure)."""
+    from evalsuite.runs.records import RunBusy
+
     try:
         return {"runs": [str(path) for path in job.run(checkpoint)]}
     except KeyboardInterrupt:
         raise
+    except RunBusy as exc:
+        return {"busy": str(exc)}
     except UserError as exc:
         return {"error": str(exc)}
     except Exception as exc:  # a checkpoint that breaks the model code: recorded, the watcher goes on

@@ -7,20 +7,28 @@ with its run folders, its metrics and its gate: `analysis.trend` over every chec
 ledger holds, with this checkpoint checked against the previous (or best) one before it by
 `check`'s per-cell gate, exactly as `evalsuite trend --gate` would. A regression is posted to
 the webhook when one is given. A checkpoint that does not load is written as failed, with the
-reason, and the loop goes on.
+reason, and the loop goes on; one that another process is evaluating (its run folder locked)
+is tried again at a later look, and one deleted before its load is skipped with a line.
+
+Bad gate options are refused before any checkpoint is looked at, by `check`'s own rules; a
+`--metric` (or `--max-drop METRIC=`) that the checkpoint's runs do not have is refused as soon
+as the first checkpoint's runs show it, before the ledger records that checkpoint, so the
+corrected command gates it (its run folders are found finished, not run again).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalsuite.analysis.tolerances import DEFAULT_MAX_DROP
-from evalsuite.engine.watch import Candidate, Entry, Ledger, Readiness, candidates, files_digest
+from evalsuite.engine.watch import SKIPPED, Candidate, Entry, Ledger, Readiness, candidates, files_digest
 from evalsuite.errors import UserError
 from evalsuite.params import option_text
 
@@ -69,8 +77,23 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+def refuse_bad_settings(settings: WatchSettings) -> None:
+    """The gate's options by `check`'s rules, and the waits as numbers of seconds a clock can wait:
+    one line for each, before anything is evaluated (an `--alpha nan` would skip every gate)."""
+    from evalsuite.analysis.check import validate_gate
+    from evalsuite.analysis.tolerances import Tolerances
+
+    validate_gate(Tolerances(settings.max_drop, dict(settings.max_drop_by_metric)), settings.alpha)
+    for flag, value, least in (("--settle", settings.settle, 0.0), ("--interval", settings.interval, 0.1)):
+        if not (math.isfinite(value) and least <= value <= threading.TIMEOUT_MAX):
+            raise UserError(f"{flag} takes seconds from {least:g} to {threading.TIMEOUT_MAX:g}, got {value}")
+    if any(not metric.strip() for metric in settings.metrics):
+        raise UserError("--metric takes a metric's name, got an empty one")
+
+
 class Watcher:
     def __init__(self, job: EvalJob, settings: WatchSettings, echo: Callable[[str], None] = _say):
+        refuse_bad_settings(settings)
         if not settings.folder.is_dir():
             raise UserError(f"no such folder to watch: {settings.folder}")
         if not settings.pattern.strip():
@@ -108,7 +131,8 @@ class Watcher:
             waiting[name] = "no training step in its name or trainer_state.json"
         for name, why in waiting.items():
             if self.waiting.get(name) != why and not why.startswith(SETTLING):
-                self.echo(f"waiting for {name}: {why}")
+                skipped = why.startswith(SKIPPED)
+                self.echo(f"skipping {name}: {why.removeprefix(SKIPPED)}" if skipped else f"waiting for {name}: {why}")
         if waiting != self.waiting or not self.ledger.state_path.is_file():
             self.ledger.write_state(waiting)
         self.waiting = waiting
@@ -119,17 +143,37 @@ class Watcher:
 
     # ---- one checkpoint -------------------------------------------------------------------------
 
-    def evaluate(self, ready: Sequence[Candidate]) -> None:
+    def evaluate(self, ready: Sequence[Candidate]) -> int:
         """Every ready checkpoint submitted (a cluster runs them side by side), then each outcome
-        recorded and gated in step order."""
+        recorded and gated in step order; how many were recorded (a busy one is not)."""
         submitted: list[tuple[Candidate, Outcome]] = []
-        for candidate in ready:
-            submitted.append((candidate, self.executor.submit(candidate.path)))
+        for candidate in ready:  # by its absolute path: a relative one like run/checkpoint-5 reads as a hub id
+            submitted.append((candidate, self.executor.submit(candidate.path.absolute())))
+        recorded = 0
         for candidate, outcome in submitted:
             self.echo(f"evaluating {candidate.name} (step {candidate.step})")
-            self.record(candidate, outcome())
+            recorded += self.record(candidate, outcome())
+        if len(submitted) > recorded:  # the busy ones are waited for, like any other
+            self.ledger.write_state(self.waiting)
+        return recorded
 
-    def record(self, candidate: Candidate, answer: Mapping[str, Any]) -> None:
+    def passed_over(self, candidate: Candidate, answer: Mapping[str, Any]) -> bool:
+        """True, with a line, for an outcome that is no outcome of the checkpoint: another process
+        evaluating it (waited for, tried again later), or its folder deleted before it could load."""
+        if "busy" in answer:
+            self.waiting[candidate.name] = f"being evaluated by another process: {answer['busy']}"
+            self.echo(f"{candidate.name} (step {candidate.step}) is busy, tried again at a later look: {answer['busy']}")
+            return True
+        if "error" in answer and not candidate.path.is_dir():
+            self.echo(f"skipping {candidate.name} (step {candidate.step}): its folder was deleted before it was "
+                      "evaluated")
+            return True
+        return False
+
+    def record(self, candidate: Candidate, answer: Mapping[str, Any]) -> bool:
+        """The outcome into the ledger, gated; False when it was passed over (`passed_over`)."""
+        if self.passed_over(candidate, answer):
+            return False
         where = (candidate.name, str(candidate.path.resolve()), candidate.step)
         if "error" in answer:
             entry = Entry(*where, status="failed", reason=str(answer["error"]), signature=files_digest(candidate.path),
@@ -137,6 +181,7 @@ class Watcher:
             self.echo(f"{candidate.name} (step {candidate.step}) failed: {entry.reason}")
         else:
             runs = tuple(str(Path(run).resolve()) for run in answer["runs"])
+            self.refuse_unknown_metrics(candidate, runs)
             gate = self.gate(candidate, runs)
             entry = Entry(*where, status="ok", runs=runs, metrics=_metrics(runs), gate=gate,
                           signature=files_digest(candidate.path), job=self.job.digest())
@@ -150,6 +195,23 @@ class Watcher:
                     post(self.settings.webhook, message(gate["verdict"], gate["cells"]))
         self.ledger.append(entry)
         self.evaluated.append(entry)
+        return True
+
+    def refuse_unknown_metrics(self, candidate: Candidate, runs: Sequence[str]) -> None:
+        """A metric named in --metric or --max-drop that none of the checkpoint's runs has is a typo:
+        refused (the watcher stops) before the ledger records the checkpoint, so the corrected
+        command gates it instead of skipping every gate."""
+        from evalsuite.analysis.outcomes import run_outcomes
+
+        named = [*self.settings.metrics, *self.settings.max_drop_by_metric]
+        if not named:
+            return
+        known = {metric for run in runs for metric in run_outcomes(Path(run)).scores}
+        for metric in named:
+            if metric not in known:
+                raise UserError(f"no run of {candidate.name} has the metric {metric!r} named by --metric or "
+                                f"--max-drop (they have {', '.join(sorted(known)) or 'none'}); correct it and "
+                                "watch again: its runs are kept and gated then")
 
     def gate(self, candidate: Candidate, runs: Sequence[str]) -> dict[str, Any] | None:
         """The trend over the ledger's checkpoints and this one, written under OUT/trend; this
@@ -198,12 +260,12 @@ class Watcher:
             while not self.reached_the_end():
                 ready = self.look()
                 looks += 1
-                self.evaluate(ready)
+                recorded = self.evaluate(ready)
                 if s.once and (looks >= 2 or not self.settling()):
                     break  # --once: a second look only for files that were complete at the first
                 if self.reached_the_end():
                     break
-                if not ready:  # --once waits out --settle whole: its second look is its last
+                if not recorded:  # nothing new, or only busy ones; --once waits out --settle whole
                     waiter.wait((s.settle if s.once else min(s.interval, s.settle)) if self.settling() else None)
         now, mine = {e.path for e in self.evaluated}, self.job.digest()
         already = tuple(e.checkpoint for e in sorted(self.ledger.entries(), key=lambda e: e.step)

@@ -27,6 +27,7 @@ lambda_init(layer) is the same function of the layer index; a model trained with
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from evalsuite.errors import UserError
@@ -56,17 +57,65 @@ Tensors = dict[str, Any]
 Sources = dict[str, str]
 
 
+def _size(config: Any, name: str) -> int:
+    """The config's field `name`, which must be a positive whole number (a bool is not one)."""
+    value = getattr(config, name, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"archscale-diff: the config's {name} is {value!r}; a positive whole number is needed")
+    return value
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The sizes the config gives every ArchScale layer, each a positive whole number. They are
+    checked, and every tensor against them, before anything is reshaped: a reshape to sizes the
+    weights cannot fill is a torch error, and a huge head count would make `repeat` allocate for it."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+
+    @classmethod
+    def of(cls, config: Any) -> Layout:
+        heads, kv_heads = _size(config, "num_attention_heads"), _size(config, "num_key_value_heads")
+        hidden, intermediate = _size(config, "hidden_size"), _size(config, "intermediate_size")
+        for name, count in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
+            if count % 2:
+                raise UserError(f"archscale-diff: {name}={count} cannot form head pairs (an even number is needed)")
+        if heads % kv_heads:
+            raise UserError(f"archscale-diff: num_attention_heads={heads} is not a multiple of "
+                            f"num_key_value_heads={kv_heads}")
+        head_dim = _size(config, "head_dim") if getattr(config, "head_dim", None) is not None else hidden // heads
+        if head_dim <= 0:
+            raise UserError(f"archscale-diff: hidden_size={hidden} leaves no head_dim for {heads} heads; "
+                            "set -C head_dim")
+        return cls(heads, kv_heads, head_dim, hidden, intermediate)
+
+    def source_shape(self, part: str) -> tuple[tuple[int, ...], str]:
+        """The shape ArchScale gives a layer's pending tensor `part`, and the config fields it comes from."""
+        heads, kv, d, hidden = self.heads, self.kv_heads, self.head_dim, self.hidden
+        return {"q_proj": ((heads * d, hidden), "num_attention_heads x head_dim, hidden_size"),
+                "k_proj": ((kv * d, hidden), "num_key_value_heads x head_dim, hidden_size"),
+                "v_proj": ((kv * d, hidden), "num_key_value_heads x head_dim, hidden_size"),
+                "qkv": (((heads + 2 * kv) * d, hidden),
+                        "(num_attention_heads + 2 x num_key_value_heads) x head_dim, hidden_size"),
+                "o_proj": ((hidden, heads * d), "hidden_size, num_attention_heads x head_dim"),
+                "subln": ((2 * d,), "2 x head_dim"),
+                "w1": ((2 * self.intermediate, hidden), "2 x intermediate_size, hidden_size")}[part]
+
+
 def striped_to_halves(weight: Any, heads: int, head_dim: int) -> Any:
     """Rows of a projection for `heads` heads of width `head_dim`: heads (0, 1, 2, 3, ...) become
     (0, 2, 4, ..., 1, 3, 5, ...), so pair (2i, 2i + 1) becomes (i, i + heads / 2)."""
-    if heads % 2:
-        raise UserError(f"archscale-diff: {heads} heads cannot form pairs (an even number is needed)")
     blocks = weight.reshape(heads, head_dim, *weight.shape[1:])
     return blocks[list(range(0, heads, 2)) + list(range(1, heads, 2))].reshape(weight.shape)
 
 
-def _split_qkv(fused: Any, heads: int, kv_heads: int, head_dim: int) -> tuple[Any, Any, Any]:
+def _split_qkv(fused: Any, layout: Layout) -> tuple[Any, Any, Any]:
     """ArchScale's fused projection: per KV group, its query heads, then one key and one value head."""
+    heads, kv_heads, head_dim = layout.heads, layout.kv_heads, layout.head_dim
     per_group = heads // kv_heads
     grouped = fused.reshape(kv_heads, per_group + 2, head_dim, fused.shape[-1])
     q = grouped[:, :per_group].reshape(heads * head_dim, -1)
@@ -74,19 +123,34 @@ def _split_qkv(fused: Any, heads: int, kv_heads: int, head_dim: int) -> tuple[An
         kv_heads * head_dim, -1)
 
 
-def _layer(layer: str, parts: Mapping[str, Any], config: Any) -> Tensors:
-    """One layer's pending tensors in DiffLlama's names and layout."""
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+def check_parts(layer: str, parts: Mapping[str, Any]) -> None:
+    """One line when `layer` lacks a pending tensor or holds both the fused and the separate projections."""
+    separate = [f"{x}_proj" for x in "qkv" if f"{x}_proj" in parts]
+    if "qkv" in parts and separate:
+        raise UserError(f"archscale-diff: layer {layer} has both the fused attn.attn and {separate[0]}; keep one")
     missing = [name for name in ("o_proj", "subln", "w1") if name not in parts]
-    if "qkv" in parts:
-        q, k, v = _split_qkv(parts["qkv"], heads, kv_heads, head_dim)
-    elif all(f"{x}_proj" in parts for x in "qkv"):
-        q, k, v = parts["q_proj"], parts["k_proj"], parts["v_proj"]
-    else:
+    if "qkv" not in parts and len(separate) < 3:
         missing.append("q_proj/k_proj/v_proj (or the fused attn.attn)")
     if missing:
         raise UserError(f"archscale-diff: layer {layer} has no {missing[0]} tensor")
+
+
+def check_shapes(parts: Mapping[str, Any], sources: Mapping[str, str], layout: Layout) -> None:
+    """One line for the first pending tensor whose shape is not the one the config gives it."""
+    for part, tensor in parts.items():
+        shape, basis = layout.source_shape(part)
+        if tuple(tensor.shape) != shape:
+            raise UserError(f"archscale-diff: {sources[part]} is {list(tensor.shape)}, but the config gives it "
+                            f"{list(shape)} ({basis})")
+
+
+def _layer(layer: str, parts: Mapping[str, Any], layout: Layout) -> Tensors:
+    """One layer's pending tensors (already checked) in DiffLlama's names and layout."""
+    heads, kv_heads, head_dim = layout.heads, layout.kv_heads, layout.head_dim
+    if "qkv" in parts:
+        q, k, v = _split_qkv(parts["qkv"], layout)
+    else:
+        q, k, v = parts["q_proj"], parts["k_proj"], parts["v_proj"]
     prefix = f"model.layers.{layer}"
     gate, up = parts["w1"].chunk(2, dim=0)
     subln = parts["subln"]
@@ -110,8 +174,13 @@ def transform(tensors: Tensors, source_of: Sources, config: Any) -> tuple[Tensor
         if name.startswith("pending."):
             _, layer, part = name.split(".", 2)
             by_layer.setdefault(layer, {})[part] = tensor
+    for layer, parts in by_layer.items():  # every layer is checked before any is reshaped
+        check_parts(layer, parts)
+    layout = Layout.of(config)
     for layer, parts in by_layer.items():
-        for name, tensor in _layer(layer, parts, config).items():
+        check_shapes(parts, {part: source_of[f"pending.{layer}.{part}"] for part in parts}, layout)
+    for layer, parts in by_layer.items():
+        for name, tensor in _layer(layer, parts, layout).items():
             kept[name] = tensor
             sources[name] = source_of[f"pending.{layer}.{_source_part(name, parts)}"]
     return kept, sources

@@ -8,15 +8,14 @@ skipped. The baseline is the model the run compared the others with (the first `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from evalsuite.errors import UserError
 from evalsuite.runs.records import RunFolder, open_run
-from evalsuite.runs.suite_result import RESULT_FORMAT, read_json_input, suite_runs
+from evalsuite.runs.safe_json import read_json
+from evalsuite.runs.suite_result import RESULT_FORMAT, read_json_input, skipped_entries, suite_model, suite_runs
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def suite_files(results: Path, suite: str | None) -> list[Path]:
 def collect(results: str | Path, baseline: str | None = None, suite: str | None = None) -> PaperRuns:
     """Every model's runs of one suite in `results`."""
     files = suite_files(Path(results), suite)
-    datas = [json.loads(path.read_text(encoding="utf-8")) for path in files]
+    datas = [read_json_input(path) for path in files]
     suites = sorted({str(d.get("suite")) for d in datas})
     if len(suites) > 1:
         raise UserError(f"{results} holds results of several suites ({', '.join(suites)}); name one with --suite")
@@ -70,14 +69,14 @@ def collect(results: str | Path, baseline: str | None = None, suite: str | None 
     skipped: dict[str, str] = {}
     models = []
     for path, data in zip(files, datas):
-        model = str(data["model"])
+        model = suite_model(path, data)
         models.append(model)
         for name, folder in suite_runs(path, data):
             runs.setdefault(name, {})[model] = open_run(folder)
         for item in data.get("runs", []):
             if item.get("note"):
                 notes.setdefault(str(item["name"]), []).append(f"{model}: {item['note']}")
-        skipped.update({str(item["name"]): str(item["reason"]) for item in data.get("skipped", [])})
+        skipped.update(skipped_entries(path, data))
     ordered = _baseline_first(models, baseline or _compared_baseline(Path(results), runs))
     return PaperRuns(suite=suites[0], models=tuple(ordered), runs=runs, skipped=skipped, notes=notes)
 
@@ -93,8 +92,11 @@ def _compared_baseline(results: Path, runs: dict[str, dict[str, RunFolder]]) -> 
     """The model on the baseline side of the comparisons the suite run wrote beside its runs."""
     folders = {run.path.name for by_model in runs.values() for run in by_model.values()}
     for path in sorted(results.glob("compare-*/comparison.json")):
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        side = data.get("a", {})
-        if side.get("run") in folders:
+        try:
+            data = read_json(path)
+        except (OSError, ValueError):  # a damaged comparison names no baseline
+            continue
+        side = data.get("a") if isinstance(data, dict) else None
+        if isinstance(side, dict) and side.get("run") in folders:
             return str(side.get("model"))
     return None

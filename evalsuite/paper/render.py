@@ -53,49 +53,62 @@ def intro(runs: PaperRuns) -> list[str]:
             f"errored samples: {ERRORS_RULE}; n counts scored and errored samples"]
 
 
+def run_first(sections: Sequence[Section]) -> tuple[list[Section], list[Section]]:
+    """(the sections with results, in the paper's order; those not run): a folder of one part of
+    the paper (the long-context suite's) opens with what it measured, not with lines of "not run"."""
+    return [s for s in sections if s.absent is None], [s for s in sections if s.absent is not None]
+
+
+NOT_RUN = "Not in these results"
+
+
 def markdown(runs: PaperRuns, sections: Sequence[Section], figures_dir: Path, md_path: Path) -> str:
     lines = [f"# The Differential Transformer paper's evaluations: {', '.join(runs.models)}", ""]
     lines += [f"- {line}" for line in intro(runs)] + [""]
-    for number, section in enumerate(sections, 1):
+    measured, absent = run_first(sections)
+    for number, section in enumerate(measured, 1):
         lines += [f"## {number}. {heading(section)}", ""]
-        if section.absent is not None:
-            lines += [f"_{section.absent}_", ""]
-        else:
-            lines += [f"**Reading:** {'; '.join(section.readings) or 'nothing to compare'}", ""]
-            for tab in section.tables:
-                lines += [f"{tab.title}:", "", markdown_table(tab.header, tab.rows), ""]
-            for figure in section.figures:
-                relative = figure.relative_to(figures_dir.parent) if figure.is_relative_to(figures_dir.parent) else figure
-                lines += [f"![{section.title}]({relative.as_posix()})", ""]
-            lines += [f"- {note}" for note in section.notes] + ([""] if section.notes else [])
+        lines += [f"**Reading:** {'; '.join(section.readings) or 'nothing to compare'}", ""]
+        for tab in section.tables:
+            lines += [f"{tab.title}:", "", markdown_table(tab.header, tab.rows), ""]
+        for figure in section.figures:
+            relative = figure.relative_to(figures_dir.parent) if figure.is_relative_to(figures_dir.parent) else figure
+            lines += [f"![{section.title}]({relative.as_posix()})", ""]
+        lines += [f"- {note}" for note in section.notes] + ([""] if section.notes else [])
         if section.key in STATEMENTS:
             lines += [f"The paper: {STATEMENTS[section.key]}", ""]
         if section.published:
             lines += ["The paper's numbers (3B models):", "",
                       markdown_table(PUBLISHED_HEADER, _published_rows(section.published)), ""]
+    if absent:
+        lines += [f"## {NOT_RUN}", ""] + [f"- {heading(s)}: _{s.absent}_" for s in absent] + [""]
     return "\n".join(lines)
 
 
 def page(runs: PaperRuns, sections: Sequence[Section]) -> str:
     esc = html_lib.escape
-    contents = "".join(f'<li><a href="#{esc(s.key)}">{esc(heading(s))}</a></li>' for s in sections)
+    measured, absent = run_first(sections)
+    contents = "".join(f'<li><a href="#{esc(s.key)}">{esc(heading(s))}</a></li>' for s in measured)
+    if absent:
+        contents += f'<li><a href="#not-run">{esc(NOT_RUN)}</a> ({len(absent)})</li>'
     body = []
-    for number, section in enumerate(sections, 1):
+    for number, section in enumerate(measured, 1):
         body.append(f'<h2 id="{esc(section.key)}">{number}. {esc(heading(section))}</h2>')
-        if section.absent is not None:
-            body.append(f'<p class="absent">{esc(section.absent)}</p>')
-        else:
-            body.append(f'<p class="reading">{esc("; ".join(section.readings) or "nothing to compare")}</p>')
-            for tab in section.tables:
-                body.append(f"<p>{esc(tab.title)}</p>" + table(tab.header, tab.rows))
-            body += [image(figure) for figure in section.figures]
-            if section.notes:
-                body.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in section.notes) + "</ul>")
+        body.append(f'<p class="reading">{esc("; ".join(section.readings) or "nothing to compare")}</p>')
+        for tab in section.tables:
+            body.append(f"<p>{esc(tab.title)}</p>" + table(tab.header, tab.rows))
+        body += [image(figure) for figure in section.figures]
+        if section.notes:
+            body.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in section.notes) + "</ul>")
         if section.key in STATEMENTS:
             body.append(f'<p class="notes">The paper: {esc(STATEMENTS[section.key])}</p>')
         if section.published:
             body.append('<div class="paper"><p>The paper\'s numbers (3B models):</p>'
                         + table(PUBLISHED_HEADER, _published_rows(section.published)) + "</div>")
+    if absent:
+        body.append(f'<h2 id="not-run">{esc(NOT_RUN)}</h2><ul>' + "".join(
+            f'<li id="{esc(s.key)}">{esc(heading(s))}: <span class="absent">{esc(s.absent or "")}</span></li>'
+            for s in absent) + "</ul>")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

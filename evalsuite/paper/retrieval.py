@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evalsuite.analysis.compare import Comparison, compare
-from evalsuite.analysis.effective_length import rule
+from evalsuite.analysis.effective_length import words
+from evalsuite.analysis.effective_text import rule
 from evalsuite.analysis.task_of import installed_task
 from evalsuite.runs.records import RunFolder
 
@@ -98,17 +99,20 @@ def needle_64k(runs: PaperRuns, figures: Path) -> Section:
 
 
 def effective_table(comparisons: Sequence[Comparison], title: str) -> Table | None:
-    """Each model's effective length with its 95% interval (baseline first), and each other model minus
-    the baseline with its paired interval (analysis/effective_length.py); None for a sweep of one length."""
+    """Each model's effective length with its 95% interval and its base score with n (baseline first), and
+    each other model minus the baseline with its paired interval, beside the paired test of their base
+    scores (analysis/effective_length.py); None for a sweep of one length."""
     found = [c for c in comparisons if c.effective is not None]
     if not found:
         return None
     first = found[0].effective
     assert first is not None
-    rows = [[found[0].names[0], first.a.text(), f"{first.a.base:.3f}"]]
-    rows += [[c.names[1], c.effective.b.text(), f"{c.effective.b.base:.3f}"] for c in found if c.effective]
-    rows += [[f"{c.names[1]} − {c.names[0]}", c.effective.text(negated=True), ""] for c in found if c.effective]
-    header = ["", "effective length (95% CI)", f"{first.a.metric} at {first.a.lengths[0]} tokens"]
+    rows = [[found[0].names[0], first.a.text(), first.a.base_text()]]
+    rows += [[c.names[1], c.effective.b.text(), c.effective.b.base_text()] for c in found if c.effective]
+    rows += [[f"{c.names[1]} − {c.names[0]}", c.effective.text(negated=True), c.effective.base_difference(negated=True)]
+             for c in found if c.effective]
+    header = ["", "effective length (95% CI)",
+              f"base score (n): {first.a.metric} at {words(first.a.base_lengths)} tokens"]
     return Table(f"{title}: {rule(first.a)}", header, rows)
 
 
@@ -126,8 +130,8 @@ def long_context(runs: PaperRuns, figures: Path) -> Section | None:
         if table is None:
             continue
         tables.append(table)
-        readings += [f"{entry}: {c.names[1]} − {c.names[0]}, {c.effective.text(negated=True)}"
-                     for c in comparisons if c.effective is not None]
+        readings += [f"{entry}: {c.names[1]} − {c.names[0]}, {c.effective.text(negated=True)} (base score "
+                     f"{c.effective.base_difference(negated=True)})" for c in comparisons if c.effective is not None]
         notes += runs.notes.get(entry, [])
         task = installed_task(found[0][1])
         if task is not None:  # the heatmaps its view draws of the pair, or of every model beside the baseline

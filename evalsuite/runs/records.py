@@ -7,7 +7,8 @@
 
 A run is complete exactly when summary.json exists. A run killed at any moment
 leaves a prefix of whole lines plus at most one torn line, which `RunFolder`
-cuts off before appending again.
+cuts off before appending again. A finished run ends with a whole line, so a
+torn last line there is damage, left out and said like any damaged line.
 
 Every record carries its run's hash. Reading keeps the first record of each
 sample id whose hash, task and model are the run's; anything else (a line
@@ -15,10 +16,12 @@ copied from another run or with no hash, a duplicate, a damaged line) is left
 out with one warning line, and moved to samples.rejected.jsonl when the run
 resumes, so good records after a damaged line are kept rather than recomputed.
 
-A line is damaged when it breaks the record format (`record_format`: the type
-of each field, one kind of value per field of `axes` and `scores` across the
-run, and what an installed task declares), so one damaged line never turns a
-run's numbers into text. Resume and every reader of a finished run (report,
+Files are parsed by `safe_json`: bytes that are not UTF-8, text that is not
+JSON and values nested past its MAX_DEPTH are damaged lines (a damaged
+config.json is one error line), never a traceback. A line is also damaged when
+it breaks the record format (`record_format`: the type of each field, one kind
+of value per field of `axes` and `scores` across the run, and what an installed
+task declares), so one damaged line never turns a run's numbers into text. Resume and every reader of a finished run (report,
 compare, check, view, trend, log, export) read records here, by one rule.
 
 While a run writes, it holds an exclusive lock on run.lock (filelock: flock on POSIX,
@@ -44,6 +47,7 @@ from filelock import FileLock, Timeout
 from evalsuite.errors import UserError
 
 from .record_format import check_config, check_declared, check_fields, odd_kinds
+from .safe_json import DamagedJSON, json_lines, read_json
 
 # The axes and metrics an installed task declares, by task name (None: not installed here). The
 # registry sets it when it loads: it sits above the run-folder format, which therefore cannot ask it.
@@ -153,6 +157,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
 _WARNED: set[tuple[Any, ...]] = set()  # the warnings about damaged lines this process gave
 
 
+class RunBusy(UserError):
+    """A run folder another live process is writing: a wait, not a fault of the run (`watch` tries again)."""
+
+
 class RunFolder:
     """The files of one run; appends records durably and reads them back."""
 
@@ -190,9 +198,12 @@ class RunFolder:
 
     def read_config(self) -> dict[str, Any]:
         try:
-            config = json.loads(self.config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{self.path} is not a readable run folder: {exc}") from None
+            config = read_json(self.config_path)
+        except OSError as exc:
+            raise UserError(f"{self.path} is not a readable run folder: cannot read config.json: "
+                            f"{exc.strerror or exc}") from None
+        except DamagedJSON as exc:
+            raise UserError(f"{self.path} is not a readable run folder: config.json is {exc}") from None
         if not isinstance(config, dict) or not isinstance(config.get("task"), str):
             raise UserError(f"{self.path} is not a readable run folder: config.json does not name its task")
         try:
@@ -257,7 +268,7 @@ class RunFolder:
         mine: list[tuple[bytes, Record]] = []
         for path in [self.samples_path, *self.rank_files()]:
             if path.is_file():
-                self._parse(_read_bytes(path), identity, mine, report)
+                self._parse(_read_bytes(path), identity, mine, report, finished=self.complete)
         odd = odd_kinds([record for _, record in mine])
         declared = _declared[0](identity[1]) if _declared else None
         for index, (line, record) in enumerate(mine):
@@ -273,27 +284,26 @@ class RunFolder:
 
     @staticmethod
     def _parse(raw: bytes, identity: tuple[str, str, str], mine: list[tuple[bytes, Record]],
-               report: ReadReport) -> None:
-        """Each whole line of `raw`: a record of this run goes to `mine`, anything else to `report`."""
-        lines = raw.splitlines(keepends=True)
-        for index, line in enumerate(lines):
-            if not line.endswith(b"\n") and index == len(lines) - 1:
-                report.torn = True  # the last write of a killed process: redone, not quarantined
-                break
-            if not line.strip():
+               report: ReadReport, finished: bool) -> None:
+        """Each line of `raw`: a record of this run goes to `mine`, anything else to `report`.
+        A torn last line is the last write of a killed process, redone when the run resumes; in
+        a finished run (which ends with whole lines) it is damage, said and kept aside."""
+        for line in json_lines(raw):
+            if line.torn and not finished:
+                report.torn = True
+                continue
+            if line.damage is not None:
+                report.damage(line.raw, line.damage)
                 continue
             try:
-                record = Record.from_dict(json.loads(line))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                report.damage(line, "not a line of JSON")
-                continue
+                record = Record.from_dict(line.value)
             except ValueError as exc:  # a JSON value that is not a record of this format
-                report.damage(line, str(exc))
+                report.damage(line.raw, str(exc))
                 continue
             if _belongs(record, identity):
-                mine.append((line, record))
+                mine.append((line.raw, record))
             else:
-                report.foreign.append(line)
+                report.foreign.append(line.raw)
 
     def _identity(self) -> tuple[str, str, str]:
         config = self.read_config() if self.config_path.is_file() else {}
@@ -329,7 +339,7 @@ class RunFolder:
                 holder = pid_path.read_text(encoding="utf-8").strip() or "?"
             except OSError:  # the holder has the lock and has not written its pid yet
                 holder = "?"
-            raise UserError(f"{self.path} is being written by another evalsuite process (pid {holder}); "
+            raise RunBusy(f"{self.path} is being written by another evalsuite process (pid {holder}); "
                             "wait for it to finish, or stop it and rerun") from None
         try:
             pid_path.write_text(f"{os.getpid()}\n", encoding="utf-8")

@@ -1,6 +1,14 @@
 """Which code made each of several runs, told side by side: `compare`, `check` and `trend` name
 every version that differs among the runs they pair (config.json's `versions` and `task_versions`,
-written by the engine's code_versions.py)."""
+written by the engine's code_versions.py).
+
+And which code made each record of one run: a run resumed under other library versions than
+those that wrote its records so far is refused, naming both, unless the resume is asked to go on
+(`run --allow-version-change`). Then config.json keeps `versions` (those of the first records)
+and gains a `resumed_under` entry: the new versions and the ids of the samples left to write,
+which they write. A sample's record is written by the last entry that lists it, else by
+`versions`; `compare`, `check` and `trend` show such a run's versions joined by `+`.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +27,20 @@ COMPARED = (("versions.evalsuite", "evalsuite"), ("task_versions.plan", "task pl
             ("versions.torch", "torch"), ("versions.lm-eval", "lm-eval"))
 
 
+RESUMED = "resumed_under"  # config.json: the later versions that resumed the run, with the samples each wrote
+
+
 def _at(config: Mapping[str, Any], dotted: str) -> Any:
     value: Any = config
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
     if value is None and dotted == "versions.lm-eval":  # folders written before the names were normalised
-        return _at(config, "versions.lm_eval")
+        value = _at(config, "versions.lm_eval")
+    later = config.get(RESUMED) if dotted.startswith("versions.") else None
+    if isinstance(later, list) and later:  # a run whose records were written by several versions: all of them
+        every = dict.fromkeys(str(v) for v in [value, *(_at(part, dotted) for part in later
+                                                        if isinstance(part, Mapping))] if v is not None)
+        return "+".join(every) if len(every) > 1 else value
     return value
 
 
@@ -74,3 +90,41 @@ def _runs_within(inputs: Sequence[str | Path]) -> list[Path]:
             except (UserError, KeyError, TypeError):  # a baseline file: outcomes only, no config
                 continue
     return found
+
+
+# ---- one run resumed under other versions -------------------------------------------------------------
+
+
+def latest_versions(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The versions that wrote a run's latest records: its last `resumed_under` entry's, else `versions`."""
+    later = [part for part in config.get(RESUMED) or () if isinstance(part, Mapping)]
+    found = later[-1].get("versions") if later else config.get("versions")
+    return found if isinstance(found, Mapping) else None
+
+
+def _changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, str]:
+    """('transformers 4.50.0, torch 2.5.0', 'transformers 4.51.0, torch 2.6.0'): what differs, each side."""
+    keys = [key for key in dict.fromkeys([*before, *now]) if before.get(key) != now.get(key)]
+
+    def side(versions: Mapping[str, Any]) -> str:
+        return ", ".join(f"{key} {versions.get(key, 'absent')}" for key in keys)
+    return side(before), side(now)
+
+
+def resume_versions(config: dict[str, Any], current: Mapping[str, str], todo: Sequence[str], path: Path,
+                    allow: bool) -> str | None:
+    """Check a resume against the versions that wrote the run's records so far. Nothing to write, the
+    same versions, or a run that recorded none: None. Other versions: a UserError naming both, or with
+    `allow` a `resumed_under` entry added to `config` (the caller writes it) and a line saying so."""
+    before = latest_versions(config)
+    if not todo or before is None or dict(before) == dict(current):
+        return None
+    was, now = _changes(before, current)
+    if not allow:
+        raise UserError(f"{path} holds records written with {was}; this resume has {now}: resume it with "
+                        "those versions, or pass --allow-version-change to write the other "
+                        f"{len(todo)} samples with these (config.json then records which versions wrote which)")
+    earlier = config.get(RESUMED)
+    config[RESUMED] = [*(earlier if isinstance(earlier, list) else []), {"versions": dict(current), "samples": list(todo)}]
+    return (f"note: {path}: its records so far were written with {was}; the {len(todo)} left are written with "
+            f"{now} (--allow-version-change; listed in config.json's {RESUMED})")

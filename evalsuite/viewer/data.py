@@ -16,12 +16,16 @@ said beside them; the served viewer shows every one), and beyond EMBED_RUNS
 runs it links the plots by their path from the page instead of holding them.
 Each run is named by what it ran: its suite entry, task, model and dataset,
 not only its folder's hash-suffixed name.
+
+A run swept over context lengths shows its effective length (`analysis.effective_length`, as
+`report` says it); a comparison shows both models' effective lengths and their difference as
+`compare` wrote them, and its per-cell differences as heatmaps (`cell_heatmaps`), rows of one
+axis against another, with the full per-cell table folded beneath.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from evalsuite.analysis.effective_length import effective_length, headline_metric
 from evalsuite.analysis.frame import run_frame, summarize
 from evalsuite.analysis.report import format_rate
 from evalsuite.analysis.side_scores import scored_records, side_metrics
@@ -37,6 +42,7 @@ from evalsuite.analysis.task_of import TaskSpec, task_spec
 from evalsuite.errors import UserError
 from evalsuite.runs.identity import identity_difference, task_identity
 from evalsuite.runs.records import DamagedRun, RunFolder, open_run
+from evalsuite.runs.safe_json import read_json
 from evalsuite.version import __version__
 
 from .samples import column_order, plain, sample_entries
@@ -105,7 +111,7 @@ def suite_entries(root: Path) -> dict[str, str]:
     names = {}
     for path in root.rglob("suite-*.json"):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
             for item in data.get("runs", []):
                 names[str((path.parent / item["run"]).resolve())] = str(item["name"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -137,6 +143,16 @@ def summary_table(run: RunFolder, spec: TaskSpec) -> dict[str, Any]:
     return {"header": header, "rows": rows}
 
 
+def effective_line(run: RunFolder, spec: TaskSpec) -> str | None:
+    """The run's effective length in words, as `report` gives it (None: not swept over lengths)."""
+    metric = headline_metric(spec)
+    frame = run_frame(run) if metric is not None else None
+    if metric is None or frame is None or frame.empty or metric not in frame.columns:
+        return None
+    found = effective_length(frame, metric)
+    return None if found is None else f"{metric}: {found.line()}"
+
+
 def run_entry(run: RunFolder, root: Path, images: ImageSource, most_samples: int | None = None,
               entry: str | None = None) -> dict[str, Any]:
     config = run.read_config()
@@ -157,8 +173,8 @@ def run_entry(run: RunFolder, root: Path, images: ImageSource, most_samples: int
         "score_columns": column_order(records, gated, "scores"),
         "params": plain(config.get("params", {})), "limit": config.get("limit"),
         "log_prompts": bool(config.get("log_prompts")), "hash": str(config.get("hash", ""))[:10],
-        "summary": summary_table(run, spec), "images": image_entries(run.plots, images),
-        "samples": samples, "partners": [],
+        "summary": summary_table(run, spec), "effective": effective_line(run, spec),
+        "images": image_entries(run.plots, images), "samples": samples, "partners": [],
         "_identity": task_identity(config),
     }
 
@@ -174,7 +190,9 @@ def find_runs(root: Path) -> list[RunFolder]:
         except DamagedRun as exc:  # one damaged run must not hide the others
             warn(f"{exc}; left out")
             continue
-        except UserError:  # not a run's config.json
+        except UserError as exc:  # not a run's config.json, or a run's that is damaged (it has records)
+            if run.samples_path.is_file():
+                warn(f"{exc}; left out")
             continue
         runs.append(run)
     return runs
@@ -199,7 +217,7 @@ def comparison_entry(folder: Path, root: Path, images: ImageSource) -> dict[str,
     """A compare-* folder's table and plots (None, with a warning, when its comparison.json is unreadable)."""
     path = folder / "comparison.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         names = comparison_names(data)
         keys = list(data.get("group_by") or [])
         overall = display_rows(data["overall"], [], names)
@@ -212,8 +230,62 @@ def comparison_entry(folder: Path, root: Path, images: ImageSource) -> dict[str,
         "runs": [str(data["a"]["run"]), str(data["b"]["run"])], "alpha": data.get("alpha"),
         "overall": {"header": overall[0], "rows": overall[1]},
         "cells": {"header": cells[0], "rows": cells[1]},
+        "effective": effective_lines(data.get("effective_length"), names),
+        "heatmaps": cell_heatmaps(data.get("cells") or [], keys, headline(data)),
         "images": image_entries(folder, images),
     }
+
+
+def effective_lines(effective: Any, names: tuple[str, str]) -> list[str]:
+    """Each model's effective length and their difference, as comparison.json words them ([]: none)."""
+    if not isinstance(effective, dict):
+        return []
+    sides = [effective.get(side) for side in ("a", "b")]
+    lines = [f"{name}: {side['text']}" for name, side in zip(names, sides) if isinstance(side, dict) and "text" in side]
+    if "text" in effective:
+        lines.append(f"{names[0]} minus {names[1]}: {effective['text']}")
+    return [f"{effective.get('metric', '?')}, {line}" for line in lines]
+
+
+def headline(data: Mapping[str, Any]) -> str | None:
+    """The metric a comparison's heatmaps show: its effective length's, else its cells' first."""
+    effective = data.get("effective_length")
+    if isinstance(effective, dict) and isinstance(effective.get("metric"), str):
+        return str(effective["metric"])
+    cells = data.get("cells") or []
+    return str(cells[0]["metric"]) if cells and isinstance(cells[0], dict) and "metric" in cells[0] else None
+
+
+def cell_heatmaps(cells: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: str | None) -> dict[str, Any] | None:
+    """The per-cell differences of `metric` as grids: columns the context length (else the first axis
+    that varies), rows the last other axis that varies, one grid per value of the axes left. Each
+    cell: the difference, whether it is significant, and its means, n and p as a tooltip."""
+    mine = [c for c in cells if c.get("metric") == metric]
+    varying = [k for k in keys if len({str(c.get(k)) for c in mine}) > 1]
+    if not mine or not varying:
+        return None
+    columns = "context_length" if "context_length" in varying else varying[0]
+    others = [k for k in varying if k != columns]
+    rows = others[-1] if others else None
+    rest = [k for k in others if k != rows]
+    grids: dict[str, dict[str, Any]] = {}
+    for cell in mine:
+        label = ", ".join(f"{k}={cell.get(k)}" for k in rest) or "all"
+        grid = grids.setdefault(label, {"label": label, "cells": {}})
+        grid["cells"][(str(cell.get(rows)) if rows else "", str(cell.get(columns)))] = {
+            "diff": cell.get("diff"), "significant": bool(cell.get("significant")),
+            "title": f"{cell.get('mean_a')} vs {cell.get('mean_b')}, n={cell.get('n')}, p={cell.get('p_value')}"}
+    column_values = _ordered({str(c.get(columns)) for c in mine}, mine, columns)
+    row_values = _ordered({str(c.get(rows)) for c in mine}, mine, rows) if rows else [""]
+    return {"metric": metric, "columns": columns, "rows": rows, "column_values": column_values,
+            "grids": [{"label": g["label"], "rows": [[g["cells"].get((r, c)) for c in column_values] for r in row_values],
+                       "row_values": row_values} for g in grids.values()]}
+
+
+def _ordered(values: set[str], cells: Sequence[Mapping[str, Any]], axis: str) -> list[str]:
+    """An axis's values in their numeric order where they are numbers, else as text."""
+    numbers = {str(c.get(axis)): float(c[axis]) for c in cells if isinstance(c.get(axis), (int, float))}
+    return sorted(values, key=lambda v: (0, numbers[v], v) if v in numbers else (1, 0.0, v))
 
 
 def collect(results: str | Path, embed_images: bool = True, page: Path | None = None) -> dict[str, Any]:

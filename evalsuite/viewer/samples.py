@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.runs.records import Record
+from evalsuite.runs.safe_json import json_lines
 
 TEXT_LIMIT = 20_000  # characters kept of one prompt text or output: a 64K-token prompt would swamp the page
 RIGHT, WRONG, UNSCORED = "right", "wrong", ""
@@ -82,14 +83,11 @@ def side_records(run_path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     for path in sorted(run_path.glob("*/*.jsonl")):
         label = f"{path.parent.name}/{path.stem}"
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
+            raw = path.read_bytes()
+        except OSError:
             continue
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for line in json_lines(raw):
+            entry = line.value
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 found.setdefault(entry["id"], {})[label] = {k: plain(v) for k, v in entry.items() if k != "id"}
     return found

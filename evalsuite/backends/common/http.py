@@ -16,10 +16,15 @@ judge and the `server:` backend. Standard library only (urllib, threads).
   in a row, in any letter case), so a key echoed in halves or upper-cased leaves nothing.
 - Redirects are followed within the endpoint's origin (scheme, host and port) only; one to
   another origin is refused (fatal), so the Authorization header never reaches another server.
+- A base URL may carry `user:password@` (sent as Basic authorization, unless an API key is
+  given) and a token among its query values (kept at the end of every request's URL). Messages
+  and files name the endpoint only as `runs.urls.public_url` shows it, and every text kept from
+  a reply or an error is scrubbed of those parts too.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import ipaddress
 import json
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.runs.urls import public_url, scrub_url
 
 MAX_DELAY = 60.0  # seconds: no single backoff wait is longer
 ERROR_BODY_READ = 65536  # bytes of an error body read (and scrubbed) before it is cut for a message
@@ -47,16 +53,24 @@ def check_http_url(url: str, option: str) -> None:
     """Only http(s) endpoints with a host: a file:// or malformed URL is refused before any request."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{option} must be an http:// or https:// URL with a host, got {url!r}")
+        raise UserError(f"{option} must be an http:// or https:// URL with a host, got {public_url(url)!r}")
 
 
-def without_credentials(url: str) -> str:
-    """`url` fit for files and messages: any user:password@ part removed."""
+def joined(base_url: str, path: str) -> str:
+    """`path` added to the path of `base_url`, whose query (a token some gateways take there) stays at the end."""
+    parts = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """`url` without its user:password@ part, and that part as a Basic Authorization header
+    value (None when there is none): urllib would take it for part of the host name."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
-        return url
-    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -113,7 +127,7 @@ class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
                          newurl: str) -> urllib.request.Request | None:
         if origin(newurl) != origin(req.full_url):
             fp.close()
-            raise Fatal(f"HTTP {code}: the endpoint redirects to another origin, {without_credentials(newurl)}; "
+            raise Fatal(f"HTTP {code}: the endpoint redirects to another origin, {public_url(newurl)}; "
                         "the API key is never sent there (give that address as the base URL if it is the "
                         "endpoint)")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -170,23 +184,30 @@ class HttpSettings:
 class HttpClient:
     def __init__(self, settings: HttpSettings):
         self.settings = settings
-        self.base_url = settings.base_url.rstrip("/")
+        self.base_url, self._basic = split_credentials(settings.base_url.rstrip("/"))
         self._key = (os.environ.get(settings.api_key_env) or None) if settings.api_key_env else None
         # a proxy from the environment must not capture requests to a server on this machine
         handlers: list[urllib.request.BaseHandler] = [SameOriginRedirects()]
         if is_loopback(self.base_url):
             handlers.append(urllib.request.ProxyHandler({}))
         self._opener = urllib.request.build_opener(*handlers)
-        self.public_url = without_credentials(self.base_url)
+        self.public_url = self.public()
+
+    def public(self, path: str = "") -> str:
+        """The address of base_url + `path` as messages and files show it (`runs.urls.public_url`)."""
+        return public_url(joined(self.base_url, path))
 
     def scrub(self, text: str) -> str:
-        """`text` with the API key and every piece of it blanked out (`redact`)."""
-        return redact(text, self._key)
+        """`text` with the API key and every piece of it blanked out (`redact`), and the base
+        URL's credentials and query values (`runs.urls.scrub_url`)."""
+        return scrub_url(redact(text, self._key), self.settings.base_url)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "User-Agent": self.settings.user_agent}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
+        elif self._basic:
+            headers["Authorization"] = self._basic
         return headers
 
     # ---- one attempt -------------------------------------------------------------------------
@@ -234,7 +255,7 @@ class HttpClient:
             if stop.is_set():
                 return CallResult("cancelled", attempts=attempt - 1)
             try:
-                return CallResult("ok", content=parse(self.send(self.base_url + path, body)), attempts=attempt)
+                return CallResult("ok", content=parse(self.send(joined(self.base_url, path), body)), attempts=attempt)
             except Retryable as exc:
                 last = exc
             except Rejected as exc:

@@ -1,8 +1,10 @@
-"""The `server` backend: any OpenAI-compatible `/v1/completions` endpoint (vLLM, SGLang, TGI...).
+"""The `server` backend: any OpenAI-compatible `/v1/completions` endpoint (vLLM, SGLang, TGI...),
+or with `-M api=chat` its `/v1/chat/completions`, where the server applies the chat template.
 
-    --model server:MODEL_NAME -M base_url=http://127.0.0.1:8000/v1 [-M tokenizer=FOLDER|NAME]
+    --model server:MODEL_NAME -M base_url=http://127.0.0.1:8000/v1 [-M tokenizer=FOLDER|NAME] [-M api=chat]
 
     model.py    ServerModel, the adapter: generation, log-likelihoods, token counts, fingerprint
+    api.py      the two APIs: what a request carries, where a reply keeps its text, usage
     echo.py     log-likelihoods read from an echoed prompt's log-probs (pure functions)
     tokens.py   counting tokens: a local tokenizer, or the server's /tokenize
 

@@ -1,9 +1,11 @@
-"""The `server` adapter: a model served behind an OpenAI-compatible `/v1/completions` endpoint."""
+"""The `server` adapter: a model served behind an OpenAI-compatible `/v1/completions` endpoint, or
+its `/v1/chat/completions` (`-M api=chat`), where the server applies the model's chat template."""
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -11,19 +13,21 @@ from typing import Any
 from evalsuite.backends.common.chat import user_turn
 from evalsuite.backends.common.checkpoint import vocabulary_sha256
 from evalsuite.backends.common.http import HttpClient, HttpSettings, check_http_url, json_body, malformed
-from evalsuite.backends.common.tokens import TokenRules, move_trailing_whitespace
+from evalsuite.backends.common.tokens import move_trailing_whitespace
 from evalsuite.errors import UserError, unknown
 from evalsuite.params import build_params
 from evalsuite.types import GenerationRequest, Loglikelihood, LoglikelihoodRequest
 
+from .api import APIS, prompt_tokens
 from .echo import EchoMismatch, NoPromptLogprobs, continuation_loglikelihood, echoed_tokens
-from .tokens import ServerTokenCounter, load_tokenizer
+from .tokens import ServerTokenCounter, load_tokenizer, local_counter
 
 
 @dataclass(frozen=True)
 class ServerOptions:
     name = "server model"
     base_url: str = ""  # e.g. http://127.0.0.1:8000/v1
+    api: str = "completions"  # or "chat": /v1/chat/completions, the server's chat template around each prompt
     api_key_env: str = ""  # the environment variable holding the key; "" sends none
     concurrency: int = 8  # requests in flight
     retries: int = 3
@@ -31,6 +35,7 @@ class ServerOptions:
     timeout: float = 600.0  # seconds per request: a long prompt's prefill can take a while
     max_context: int = 0  # 0: the server's max_model_len from /v1/models
     tokenizer: str = ""  # folder, hub id or named model whose tokenizer counts tokens; "": the server's /tokenize
+    counts: str = ""  # "usage": count tokens by a one-token request's usage.prompt_tokens (no /tokenize needed)
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template (rendered here)
     echo_max_tokens: int = 1  # max_tokens of a log-likelihood request: 1 suits every server, 0 some
 
@@ -42,13 +47,31 @@ class ServerOptions:
             raise UserError("-M concurrency must be >= 1, retries and backoff >= 0, timeout > 0")
         if self.max_context < 0 or self.echo_max_tokens not in (0, 1):
             raise UserError("-M max_context must be >= 0 and -M echo_max_tokens 0 or 1")
+        if self.api not in APIS:
+            raise unknown("-M api", self.api, APIS)
+        if self.counts not in ("", "usage"):
+            raise unknown("-M counts", self.counts, ["usage"])
+        if self.counts and self.tokenizer:
+            raise UserError("give -M tokenizer=... or -M counts=usage, not both: each is a way to count tokens")
+        if self.chat_template and self.api == "chat":
+            raise UserError("-M chat_template=true renders a template for /v1/completions; with -M api=chat "
+                            "the server applies the model's own")
         if self.chat_template and not self.tokenizer:
             raise UserError("-M chat_template=true needs -M tokenizer=... (the template is rendered here: "
                             "/v1/completions takes plain text)")
 
 
+def _without_v1(base_url: str) -> str:
+    """The server's root, where vLLM answers /tokenize: the base URL without its final /v1 (its query kept)."""
+    parts = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit(parts._replace(path=re.sub(r"/v1/?$", "", parts.path)))
+
+
 NO_ECHO = ("log-likelihood tasks need prompt log-probabilities (echo=true with logprobs, as vLLM gives), "
            "which server {url} does not return ({why}); generation tasks still run on it")
+NO_CHAT_LOGPROBS = ("log-likelihood tasks and answer sets need prompt log-probabilities, which the chat API "
+                    "(-M api=chat) does not return; serve the model's /v1/completions with echo (vLLM) and "
+                    "leave -M api out. Generation tasks run through the chat API")
 
 
 class ServerModel:
@@ -57,6 +80,9 @@ class ServerModel:
         self.options = options
         self.name = label or re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "server"
         self.capabilities: frozenset[str] = frozenset()  # no weights or activations to reach
+        self.api = APIS[options.api]
+        # with the chat API the task's plain prompt is the user's message and the server adds the
+        # template: the prompt is built as plain text, as for /v1/completions without a template
         self.chat_template = options.chat_template
         settings = HttpSettings(base_url=options.base_url, api_key_env=options.api_key_env, retries=options.retries,
                                 backoff=options.backoff, timeout=options.timeout, user_agent="evalsuite-server",
@@ -68,10 +94,9 @@ class ServerModel:
             raise UserError(f"server {self.client.public_url} does not report its context length; "
                             "give -M max_context=TOKENS")
         self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
-        # a local tokenizer counts tokens by the hf backend's rules (special tokens included)
-        self.tokens = TokenRules(self.tokenizer, self.chat_template) if self.tokenizer is not None else None
-        root = HttpClient(replace(settings, base_url=re.sub(r"/v1/?$", "", self.client.base_url)))
-        self.counter = ServerTokenCounter(root, model, add_special_tokens=not self.chat_template)
+        self.local_count = (local_counter(self.tokenizer, options.tokenizer, self.api.name == "chat", self.chat_template)
+                            if self.tokenizer is not None else None)
+        self.counter = self._server_counter(settings)
 
     # ---- what is served ------------------------------------------------------------------
 
@@ -91,26 +116,66 @@ class ServerModel:
         return match[0]
 
     def fingerprint(self) -> dict[str, Any]:
-        """What answers: the address (no credentials), the served model as the server reports it,
-        the tokenizer that counts tokens. Concurrency, retries and timeouts change no output."""
+        """What answers: the address (no credentials), the API, the served model as the server
+        reports it, the tokenizer that counts tokens, and who applies a chat template: "server"
+        with the chat API, with the tokens it adds around an empty message. Concurrency, retries
+        and timeouts change no output."""
+        chat = self.api.name == "chat"
         return {
             "backend": "server",
             "name": self.name,
             "model": self.model,
             "base_url": self.client.public_url,
+            "api": self.api.name,
             "served_model": {k: self.served[k] for k in ("id", "root", "max_model_len") if k in self.served} or None,
-            "tokenizer": self.options.tokenizer or "server /tokenize",
+            "tokenizer": self.options.tokenizer or ("server usage" if self.options.counts else "server /tokenize"),
             "tokenizer_sha256": vocabulary_sha256(self.tokenizer) if self.tokenizer is not None else None,
-            "chat_template": self.chat_template,
+            "chat_template": "server" if chat else self.chat_template,
+            **({"template_tokens": self._template_tokens()} if chat else {}),
             "max_context": self.max_context,
         }
 
+    def _template_tokens(self) -> int | None:
+        """Tokens the server's chat template puts around a message: the count of an empty one
+        (None where nothing here can count: a task that counts is refused when it starts)."""
+        try:
+            return self.count_tokens("")
+        except UserError:
+            return None
+
     # ---- tokens --------------------------------------------------------------------------
 
+    def _server_counter(self, settings: HttpSettings) -> ServerTokenCounter:
+        """Counts asked of the server: /tokenize at its root (beside /v1), or a one-token request's usage."""
+        chat = self.api.name == "chat"
+        if self.options.counts == "usage":
+            return ServerTokenCounter(self.client, self.api.path, template=chat, usage=True, fields=lambda text: {
+                "model": self.model, **self.api.prompt(text), "max_tokens": 1, "temperature": 0})
+        root = HttpClient(replace(settings, base_url=_without_v1(settings.base_url)))
+        return ServerTokenCounter(root, "/tokenize", template=chat, fields=lambda text: {
+            "model": self.model, **self.api.tokenize_fields(text, add_special_tokens=not self.chat_template)})
+
     def count_tokens(self, text: str) -> int:
-        if self.tokens is None:
+        if self.local_count is None:
             return self.counter.count(text)
-        return self.tokens.count(text)
+        return self.local_count(text)
+
+    def _check_served_length(self, text: str, served: int | None) -> None:
+        """With the chat API, a prompt whose tokens were counted here must be as long as the server
+        read it (its usage.prompt_tokens): a record's prompt_tokens and length say what the model
+        saw, and the template that counts here is not the one that wraps the prompt there. A local
+        tokenizer whose chat template differs from the server's is caught here."""
+        if self.api.name != "chat" or served is None:
+            return
+        local = self.local_count
+        counted = local(text) if local is not None else self.counter.known(text)
+        if counted is None or served == counted:
+            return
+        by, fix = ((f"-M tokenizer={self.options.tokenizer}", "leave -M tokenizer out to count with the server's "
+                    "/tokenize, or give -M counts=usage") if local else
+                   (f"the server's {self.counter.path}", "give -M counts=usage to count by usage itself"))
+        raise UserError(f"server {self.client.public_url} read {served} tokens (usage.prompt_tokens) in a prompt "
+                        f"counted as {counted} by {by}, so prompts would miss their lengths; {fix}")
 
     def format_user_turn(self, user: str, assistant_prefix: str = "") -> str:
         # ServerOptions refuses chat_template without a tokenizer
@@ -124,15 +189,16 @@ class ServerModel:
         outputs = [""] * len(requests)
         open_ = [i for i, r in enumerate(requests) if not r.choices]
         bodies = [self._generation_body(requests[i]) for i in open_]
-        for i, choice in zip(open_, self._post_all(bodies, "")):
-            outputs[i] = _cut_at_stop(_text_of(choice), requests[i].stop)
+        for i, (choice, served) in zip(open_, self._post_all(bodies, "")):
+            self._check_served_length(requests[i].prefix + requests[i].prompt, served)
+            outputs[i] = _cut_at_stop(self.api.text_of(choice), requests[i].stop)
         closed = [i for i, r in enumerate(requests) if r.choices]
         for i, answer in zip(closed, self._likeliest_choices([requests[i] for i in closed])):
             outputs[i] = answer
         return outputs
 
     def _generation_body(self, request: GenerationRequest) -> bytes:
-        body: dict[str, Any] = {"model": self.model, "prompt": request.prefix + request.prompt,
+        body: dict[str, Any] = {"model": self.model, **self.api.prompt(request.prefix + request.prompt),
                                 "max_tokens": request.max_new_tokens, "temperature": 0}
         if request.stop:
             body["stop"] = list(request.stop)
@@ -151,12 +217,14 @@ class ServerModel:
     # ---- log-likelihood ------------------------------------------------------------------
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        if self.api.name == "chat" and requests:
+            raise UserError(NO_CHAT_LOGPROBS)
         split = [_split_continuation(r) for r in requests]
         bodies = [json_body({"model": self.model, "prompt": context + continuation, "echo": True, "logprobs": 1,
                              "max_tokens": self.options.echo_max_tokens, "temperature": 0})
                   for context, continuation in split]
         results = []
-        for (context, continuation), choice in zip(split, self._post_all(bodies, NO_ECHO)):
+        for (context, continuation), (choice, _) in zip(split, self._post_all(bodies, NO_ECHO)):
             try:
                 results.append(continuation_loglikelihood(echoed_tokens(choice), context + continuation, len(context)))
             except NoPromptLogprobs as exc:
@@ -167,12 +235,12 @@ class ServerModel:
 
     # ---- HTTP ----------------------------------------------------------------------------
 
-    def _post_all(self, bodies: Sequence[bytes], refused: str) -> list[dict[str, Any]]:
-        """choices[0] of each response, in order. Any failure stops the call with one line: an
-        adapter has no slot for one request's error, and the run resumes where it stopped.
-        `refused`: the message for a request the server rejects (400), with {url} and {why}."""
-        out: list[dict[str, Any]] = [{}] * len(bodies)
-        for index, result in self.client.call_all("/completions", bodies, self._parse_choice, self.options.concurrency):
+    def _post_all(self, bodies: Sequence[bytes], refused: str) -> list[tuple[dict[str, Any], int | None]]:
+        """(choices[0], usage.prompt_tokens) of each response, in order. Any failure stops the call
+        with one line: an adapter has no slot for one request's error, and the run resumes where it
+        stopped. `refused`: the message for a request the server rejects (400), with {url} and {why}."""
+        out: list[tuple[dict[str, Any], int | None]] = [({}, None)] * len(bodies)
+        for index, result in self.client.call_all(self.api.path, bodies, self._parse_choice, self.options.concurrency):
             if result.outcome == "rejected" and refused:
                 raise UserError(refused.format(url=self.client.public_url, why=result.error))
             if result.outcome != "ok":
@@ -183,15 +251,15 @@ class ServerModel:
     def _parse_json(self, raw: bytes) -> Any:
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep to read
             raise malformed(raw, self.client.scrub) from None
 
-    def _parse_choice(self, raw: bytes) -> dict[str, Any]:
+    def _parse_choice(self, raw: bytes) -> tuple[dict[str, Any], int | None]:
         body = self._parse_json(raw)
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise malformed(raw, self.client.scrub, "no choices")
-        return choices[0]
+        return choices[0], prompt_tokens(body)
 
 
 def load_server(rest: str, raw_options: dict[str, str], label: str | None) -> ServerModel:
@@ -206,13 +274,6 @@ def _split_continuation(request: LoglikelihoodRequest) -> tuple[str, str]:
     if not request.continuation:
         raise UserError("empty continuation")
     return move_trailing_whitespace(request.prefix + request.context, request.continuation)
-
-
-def _text_of(choice: dict[str, Any]) -> str:
-    text = choice.get("text")
-    if not isinstance(text, str):
-        raise UserError("a completions response has no choices[0].text")
-    return text
 
 
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str:

@@ -17,7 +17,8 @@ Data (data.py):
 
 Scorers:
     numbers.grade(output, queried, targets, names), numbers.substring_hits(output, targets)
-        number answers as the needle task reads them (strict per query, and the lenient rule)
+        number answers as the needle task reads them (strict per query, and the lenient rule);
+        digits.py reads how a number is written, rejected.py what the output takes back
     strings.string_match_all / string_match_part(outputs, references)   lm-eval's RULER scores
     strings.all_references / any_reference(output, references)   their pass/fail forms
 

@@ -2,6 +2,7 @@
 or the sentences of a text file, a folder of them or a dataset column, read on from a seeded start.
 
     builtin_sentences(rng)       an endless, seeded stream of filler sentences
+    person_sentence(below, person, place)   one with a person as its subject (nolima's story)
     load_haystack(spec, field)   None for `builtin`; else a TextHaystack of the spec's sentences
     TextHaystack.stream(rng)     a sample's sentences: one pass over the text from a seeded start
 """
@@ -88,6 +89,17 @@ def builtin_sentences(rng: random.Random) -> Iterator[str]:
     below = index_draws(rng)
     while True:
         yield _builtin_sentence(below)
+
+
+def person_sentence(below: Callable[[int], int], person: str, place: str | None = None) -> str:
+    """A filler sentence whose subject is `person` (written first), at `place` or at one of the
+    filler's places: the filler's own verbs, objects and times, for a haystack that names people
+    (the nolima task's story; the needle task's filler never calls this)."""
+    verb, obj = _VERBS[below(len(_VERBS))], _OBJECTS[below(len(_OBJECTS))]
+    where = place if place is not None else _PLACES[below(len(_PLACES))]
+    if below(2):
+        return f"{person} {verb} {obj} {where}."
+    return f"{person} {verb} {obj} {where} {_TIMES[below(len(_TIMES))]}."
 
 
 # ---- haystacks from text files and datasets -------------------------------------------------

@@ -17,7 +17,7 @@ haystack_tokens and measured_depth.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,11 +70,15 @@ class Haystack:
             if available < longest:
                 raise UserError(f"haystack {self.source} holds {available} tokens, too short for length {longest}")
 
+    def sentences(self, rng: random.Random, tokens: int) -> Iterator[str]:
+        """The stream a prompt of `tokens` tokens is cut from: the text's, or the built-in filler (a
+        task's own haystack subclasses this to give its own filler, which may depend on `tokens`)."""
+        return self.text.stream(rng) if self.text else builtin_sentences(rng)
+
     def supply(self, model: ModelAdapter, seed: int, tokens: int) -> Supply:
         """Sentences from a stream seeded by `seed`, counted, until they hold more than a prompt of
         `tokens` tokens can use (a fit reaches past its target by a sentence at most)."""
-        rng = random.Random(seed)
-        stream = self.text.stream(rng) if self.text else builtin_sentences(rng)
+        stream = self.sentences(random.Random(seed), tokens)
         return gather_supply(stream, self.tokens_for(model), tokens * 1.02 + 256)
 
 

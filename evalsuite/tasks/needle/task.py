@@ -14,7 +14,7 @@ Choices the paper leaves open, made here and exposed as parameters:
   budget` tokens (budget = `tokens_per_query` x R new tokens), so a 4K model
   runs the 4K preset as it is; records keep `prompt_tokens` and `answer_budget`;
 - scoring is strict, per queried city: the output must offer exactly one
-  number for the city, the needle's (`scoring.py` says how a number is read,
+  number for the city, the needle's (`kit/numbers.py` and `kit/digits.py` say how a number is read,
   digit groups and fullwidth digits included, and which city it answers: the
   answer prefix's city first, then cities named beside a number or listed in
   order). Several distinct numbers for one city are wrong and recorded as
@@ -92,7 +92,7 @@ class Needle(TaskBase):
 
     name: ClassVar[str] = "needle"
     plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
+    score_version: ClassVar[int] = 2  # bump when scoring changes (2: footnote marks, asides, "not X but Y", retractions)
     presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
     view: ClassVar[type[NeedleView]] = NeedleView
     group_by: ClassVar[tuple[str, ...]] = ("n_needles", "n_queries", "context_length", "depth")

@@ -7,8 +7,11 @@ haystack, without which the needle does not answer the question. The built-in se
 through world knowledge only ("lives next to the Atomium" / "has been to Brussels"); a pair
 with a landmark also runs two hops: its needle names an invented venue instead, and the
 bridge puts that venue next to the landmark. Its distractors repeat the question's key words
-and name no character. `content_words` is the overlap check's side of it: lower-cased words,
-the shipped stop words left out, each passed through a stemmer the caller gives.
+and name no character. `conflicts` lists pairs whose needle may answer another's question (the
+Sistine Chapel is in Rome): the mismatched-question control never asks one of them for the other.
+A pair's `terms` (its key, landmark and venue; a NoLiMa test's arguments) are what no haystack
+sentence may name (haystack.py). `content_words` is the overlap check's side of it: lower-cased
+words, the shipped stop words left out, each passed through a stemmer the caller gives.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ HOPS = ("onehop", "twohop")
 @dataclass(frozen=True)
 class Pair:
     """A needle (with `{CHAR}`), its question, the characters to draw the answer from, and
-    the texts placed elsewhere: a bridge fact (two hops) and literal-match distractors."""
+    the texts placed elsewhere: a bridge fact (two hops) and literal-match distractors. `terms`
+    are the words no haystack sentence may name; `group` the pairs of one topic (a NoLiMa entry's
+    tests) and `conflicts` the ids of pairs whose question its needle may answer: the control's
+    mismatched question comes from neither."""
 
     id: str
     hops: str
@@ -37,6 +43,15 @@ class Pair:
     characters: tuple[str, ...]
     bridge: str = ""
     distractors: tuple[str, ...] = ()
+    terms: tuple[str, ...] = ()
+    group: str = ""
+    conflicts: tuple[str, ...] = ()
+
+    def unrelated(self, other: Pair) -> bool:
+        """Can `other`'s question serve as this pair's mismatched question (no character fits it)?"""
+        shared = {t.lower() for t in self.terms} & {t.lower() for t in other.terms}
+        return (other.group != self.group and other.id not in self.conflicts and self.id not in other.conflicts
+                and other.question != self.question and not shared)
 
 
 def _text(name: str) -> str:
@@ -74,15 +89,20 @@ def builtin_pairs(hops: str) -> list[Pair]:
     """The built-in pairs of one kind: every pair for one hop, those with a landmark for two."""
     data = builtin_data()
     characters = tuple(data["characters"])
+    conflicts = [set(group) for group in data["conflicts"]]
     out = []
     for index, item in enumerate(data["pairs"]):
         distractors = tuple(_fill(t, KEY=item["key"]) for t in data["distractors"])
+        terms = (item["key"], *([item["landmark"]] if "landmark" in item else []))
+        related = tuple(sorted(set().union(*[g for g in conflicts if item["id"] in g]) - {item["id"]}))
+        common = {"terms": terms, "group": item["id"], "conflicts": related}
         if hops == "onehop":
-            out.append(Pair(item["id"], hops, item["needle"], item["question"], characters, "", distractors))
+            out.append(Pair(item["id"], hops, item["needle"], item["question"], characters, "", distractors, **common))
         elif hops == "twohop" and "landmark" in item:
             venue = data["venues"][index % len(data["venues"])]  # one venue per pair: a fixed chain
             needle = item["needle"].replace(item["landmark"], venue)
             bridge = _fill(data["bridge"], VENUE=venue, LANDMARK=item["landmark"])
-            out.append(Pair(item["id"], hops, needle, item["question"], characters, bridge, distractors))
+            out.append(Pair(item["id"], hops, needle, item["question"], characters, bridge, distractors,
+                            **{**common, "terms": (*terms, venue)}))
     return out
 

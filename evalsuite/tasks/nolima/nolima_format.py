@@ -15,7 +15,10 @@ The file is a JSON list of needle entries. Of each entry this reads:
 Everything else (its prompt template, system prompt, reasoning type...) is left alone: the
 prompt is evalsuite's own. A needle without `{CHAR}` has no character to ask for and is refused.
 NoLiMa's two-hop questions reach the needle through two steps of world knowledge, so its pairs
-place no bridge fact (the built-in set's two hops place one: needles.py).
+place no bridge fact (the built-in set's two hops place one: needles.py). A test's arguments are
+its pair's terms (no haystack sentence may name one), and the entry is its group: the control's
+mismatched question comes from another entry whose tests share no argument with it (whether the
+two topics are related in the world, as Dresden and Saxony are, a file does not say).
 """
 
 from __future__ import annotations
@@ -104,5 +107,6 @@ def entry_pairs(entry: Any) -> list[Pair]:
         for kind, question in questions.items():
             extra = distractors.get(kind) if isinstance(distractors, Mapping) else None
             pairs.append(Pair(f"{entry['id']}-{test_id}", str(kind), fill(needle, args), fill(str(question), args),
-                              tuple(characters), "", (fill(extra, args),) if isinstance(extra, str) else ()))
+                              tuple(characters), "", (fill(extra, args),) if isinstance(extra, str) else (),
+                              terms=tuple(str(a) for a in args), group=str(entry["id"])))
     return pairs
