@@ -251,16 +251,20 @@ def compare(run_a: str | Path, run_b: str | Path, *, out: str | Path = "results"
 
 def check(candidate: str | Path, baseline: str | Path, *, max_drop: float = DEFAULT_MAX_DROP,
           max_drop_by_metric: Mapping[str, float] | None = None, metrics: Sequence[str] = (), alpha: float = 0.05,
-          require_non_inferiority: bool = False, allow_unjudged: bool = False) -> CheckResult:
+          require_non_inferiority: bool = False, allow_unjudged: bool = False,
+          detects: str = "persist") -> CheckResult:
     """The regression gate: `.failed` lists the rows (metric, cell) of `candidate` that dropped below
     `baseline` (a run folder, suite result or baseline file) by more than their tolerance beyond noise:
     `max_drop`, or a metric's own in `max_drop_by_metric`. The task's primary metric is gated, and
-    `metrics` too; runs with unjudged samples are refused unless `allow_unjudged`."""
+    `metrics` too; runs with unjudged samples are refused unless `allow_unjudged`. `detects` is the
+    alternative the table's detectable drop assumes: `persist` (ordinary disagreements persist, the
+    conservative one) or `turn` (every disagreement turns against the candidate)."""
     from evalsuite.analysis.check import check as gate
     from evalsuite.analysis.tolerances import Tolerances
 
     tolerances = Tolerances(max_drop, dict(max_drop_by_metric or {}))
-    return gate(candidate, baseline, tolerances, alpha, require_non_inferiority, metrics, allow_unjudged)
+    return gate(candidate, baseline, tolerances, alpha, require_non_inferiority, metrics, allow_unjudged,
+                alternative=detects)
 
 
 def version_note(inputs: Sequence[str | Path], *, refuse: bool = False) -> str | None:

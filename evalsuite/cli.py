@@ -305,9 +305,12 @@ def compare_cmd(run_a: Path, run_b: Path, out: Path, alpha: float, effective_sha
               help="Release gate: pass only when each metric's drop is shown to be within --max-drop.")
 @click.option("--same-versions", is_flag=True,
               help="Refuse (exit 2) runs made by different evalsuite, task, transformers, torch or lm-eval versions.")
+@click.option("--detects", type=click.Choice(["persist", "turn"]), default="persist", show_default=True,
+              help="What the table's detectable drop (80% power) assumes: ordinary disagreements persist under the "
+              "drop (conservative), or every disagreement turns against the candidate.")
 def check_cmd(candidate: Path, baseline: Path | None, max_drop: tuple[str, ...], metrics: tuple[str, ...],
               alpha: float, allow_unjudged: bool, junit: Path | None, export_baseline: Path | None,
-              require_non_inferiority: bool, same_versions: bool) -> None:
+              require_non_inferiority: bool, same_versions: bool, detects: str) -> None:
     """Regression gate: exit 1 when the task's primary metric of CANDIDATE (run folder or suite result), over
     all samples or in a cell of the task's gating axes, dropped below the baseline by more than --max-drop
     beyond noise (Holm-adjusted p < --alpha); 0 otherwise; 2 on bad input or nothing to test."""
@@ -322,7 +325,8 @@ def check_cmd(candidate: Path, baseline: Path | None, max_drop: tuple[str, ...],
         click.echo(note, err=True)
     default, by_metric = api.parse_max_drop(max_drop)
     result = api.check(candidate, baseline, max_drop=default, max_drop_by_metric=by_metric, metrics=metrics,
-                       alpha=alpha, require_non_inferiority=require_non_inferiority, allow_unjudged=allow_unjudged)
+                       alpha=alpha, require_non_inferiority=require_non_inferiority, allow_unjudged=allow_unjudged,
+                       detects=detects)
     click.echo(result.markdown())
     api.publish_check(result, junit)
     if result.failed:

@@ -259,6 +259,16 @@ def test_detects_names_its_alternative_in_the_table(tmp_path):
         check(run_c, run_b, alternative="worst")
 
 
+def test_the_command_line_chooses_the_alternative_detects_shows(tmp_path, capsys):
+    base, cand = pass_fail_pair(only_a=4, only_b=1, both=30, neither=15)
+    run_b = synthetic_run(tmp_path / "base", "B", {"ok": base})
+    run_c = synthetic_run(tmp_path / "cand", "C", {"ok": cand})
+    code, out, _ = invoke(capsys, "check", str(run_c), "--baseline", str(run_b), "--detects", "turn")
+    assert code == 0 and "| detects (disagreements turn against the candidate) |" in out
+    code, out, _ = invoke(capsys, "check", str(run_c), "--baseline", str(run_b))
+    assert code == 0 and "| detects (ordinary disagreements persist) |" in out
+
+
 def test_a_row_that_cannot_catch_any_drop_says_so():
     drop = np.zeros(6)
     result_rows = decide([Measured("s", "ok", 6, 0.5, 0.5, drop, None, "all", 1.0)], alpha=0.05)
