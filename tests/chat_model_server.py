@@ -20,13 +20,10 @@ method and path in `seen`, and in `answers` each chat request's prompt length an
 from __future__ import annotations
 
 import copy
-import json
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from chat_server import route
 from completions_server import CompletionsServer
 
 from evalsuite.types import GenerationRequest
@@ -111,46 +108,10 @@ class ChatModelServer(CompletionsServer):
         assert self.model.tokens.encode(plain) == ids  # the model reads exactly the counted tokens
         return str(self.model.generate([GenerationRequest(plain, max_new_tokens=max_tokens, stop=tuple(stop))])[0])
 
-    # ---- HTTP ------------------------------------------------------------------------------
-
-    def _reply(self, handler: BaseHTTPRequestHandler, status: int, payload: dict,
-               headers: dict[str, str] | None = None) -> None:
-        raw = json.dumps(payload).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(raw)))
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.end_headers()
-        handler.wfile.write(raw)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                server.seen.append(("GET", self.path, dict(self.headers.items())))
-                if route(self.path) == "/v1/models":
-                    server._reply(self, *server.models())
-                else:
-                    server._reply(self, 404, {"error": "not found"})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                server.bodies.append(body)
-                server.seen.append(("POST", self.path, dict(self.headers.items())))
-                path = route(self.path)
-                if path == "/v1/chat/completions":
-                    status, payload, headers = server.chat(body)
-                    server._reply(self, status, payload, headers)
-                elif path == "/tokenize":
-                    server._reply(self, *server.tokenize(body))
-                else:
-                    server._reply(self, 404, {"error": "not found"})
-
-            def log_message(self, *args: object) -> None:
-                pass  # keep test output clean
-
-        return Handler
+    def post(self, path: str, body: dict, headers: dict) -> tuple[int, dict, dict[str, str]]:
+        """The chat API and `/tokenize` (with messages); nothing else is served."""
+        if path == "/v1/chat/completions":
+            return self.chat(body)
+        if path == "/tokenize":
+            return (*self.tokenize(body), {})
+        return 404, {"error": "not found"}, {}

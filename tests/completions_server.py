@@ -105,11 +105,22 @@ class CompletionsServer(LoopbackServer):
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _reply(self, handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+    def post(self, path: str, body: dict, headers: dict) -> tuple[int, dict, dict[str, str]]:
+        """The reply to a POST on `path`: status, payload and extra headers (a subclass adds routes)."""
+        if path == "/v1/completions":
+            return (*self.completions(body, headers), {})
+        if path == "/tokenize":
+            return (*self.tokenize(body), {})
+        return 404, {"error": "not found"}, {}
+
+    def _reply(self, handler: BaseHTTPRequestHandler, status: int, payload: dict,
+               headers: dict[str, str] | None = None) -> None:
         raw = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(raw)))
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
         handler.end_headers()
         handler.wfile.write(raw)
 
@@ -133,13 +144,7 @@ class CompletionsServer(LoopbackServer):
                 server.bodies.append(body)
                 server.headers.append(headers)
                 server.seen.append(("POST", self.path, dict(self.headers.items())))
-                path = route(self.path)
-                if path == "/v1/completions":
-                    server._reply(self, *server.completions(body, headers))
-                elif path == "/tokenize":
-                    server._reply(self, *server.tokenize(body))
-                else:
-                    server._reply(self, 404, {"error": "not found"})
+                server._reply(self, *server.post(route(self.path), body, headers))
 
             def log_message(self, *args: object) -> None:
                 pass  # keep test output clean
