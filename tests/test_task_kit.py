@@ -4,6 +4,7 @@ the layout and length checks of the prompt builder, and the depth x length view'
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -158,3 +159,11 @@ def test_a_task_without_depth_gets_one_row_per_facet(tmp_path):
              for k in "ab" for n in (256, 512)]
     marks = significance_marks(cells, "correct", ("kind",))
     assert set(marks) == {("a",), ("b",)} and bool(marks[("a",)].loc["all", 512])
+
+
+def test_load_table_without_the_datasets_library_is_one_line(monkeypatch, tmp_path):
+    """A GPU image without `datasets` (a declared dependency) gets a line naming the install, not a
+    traceback: a suite's check of its entries skips an optional entry on it."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ModuleNotFoundError
+    with pytest.raises(UserError, match=r"reading xsum needs the datasets library.*pip install 'datasets>=3'"):
+        load_table(Hub("nobody/nothing"), "xsum")

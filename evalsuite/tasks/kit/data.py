@@ -37,7 +37,11 @@ class Hub:
 def load_table(source: str | Path | Hub, what: str, advice: str = "give a local copy") -> Any:
     """A `datasets.Dataset` (a `DatasetDict` for a Hub with split None) of `source`'s rows; `advice`
     ends the message of a hub name that cannot be loaded (how the task takes a local copy)."""
-    import datasets
+    try:
+        import datasets
+    except ModuleNotFoundError:  # a declared dependency, yet a bare GPU image can lack it: say so, not a traceback
+        raise UserError(f"reading {what} needs the datasets library, which is not installed: "
+                        "pip install 'datasets>=3'") from None
 
     datasets.disable_progress_bars()  # a small file loads in a blink; keep stderr for errors
     if isinstance(source, Hub):
