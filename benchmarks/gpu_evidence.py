@@ -11,7 +11,8 @@ is downloaded), then each step runs in its share of the time (STEPS): prefill to
 the matmul rate measured in the same run and peak memory at 8K/32K/64K; the paper-4k needle grid
 end to end; the diff-paper suite at its tiny scale on the pair, with quick's time extrapolated;
 the attention and NLL analyses at 32K/64K; decoding with and without the static cache and CUDA
-graphs; one forced out-of-memory and the hf backend's recovery.
+graphs; one forced out-of-memory and the hf backend's recovery; the long-context suite's quick
+scale on the pair, tokens/s per entry and length (a few samples a cell).
 
 Each step (the building too) runs in a process of its own, a child of this one (which imports
 nothing heavy itself): its share counts from the moment its process has imported its libraries and
@@ -70,15 +71,17 @@ class Step:
 
 # the models every step reads; a limit, not a share to fit in: it takes about a minute on a GPU
 BUILD = Step("build_models", "Models built from configs (random weights)", 300, 60)
-# 420 s in all on a GPU: with the building and each process's imports (a few seconds a step,
-# outside the shares) about 9 minutes; 36 s with --tiny
+# 450 s in all on a GPU: with the building and each process's imports (a few seconds a step,
+# outside the shares) about 9 minutes; 46 s with --tiny. Prefill and the out-of-memory step took
+# 18 s and 3 s of their shares on an H200: their shares are a bound, not what they need
 STEPS = (
-    Step("prefill", "Prefill at 8K, 32K and 64K tokens", 90, 6),
+    Step("prefill", "Prefill at 8K, 32K and 64K tokens", 60, 6),
     Step("needle_grid", "The paper-4k needle grid, end to end", 110, 7),
     Step("paper_suite", "The diff-paper suite at its tiny scale; quick extrapolated", 70, 7),
     Step("analyses", "Attention and NLL analyses at 32K and 64K", 70, 6),
     Step("decoding", "Decoding: dynamic cache, static cache and CUDA graphs", 50, 6),
-    Step("out_of_memory", "A forced out-of-memory and the back-off", 30, 4),
+    Step("out_of_memory", "A forced out-of-memory and the back-off", 20, 4),
+    Step("long_context", "The long-context suite: tokens/s per entry and length", 70, 10),
 )
 STARTUP_LIMIT = 180.0  # seconds a step's process may take to import torch and its models' code
 GRACE = 2.0  # seconds a stopped step has to write its rows before its process group is killed

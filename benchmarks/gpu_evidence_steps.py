@@ -12,6 +12,7 @@ import importlib
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from bench_gpu import ONE_B, TINY, matmul_rate, needle_requests
 from bench_gpu_analyses import TASK_PARAMS, prefill_peak, task_run
 
 from evalsuite.backends import load_model
+from evalsuite.errors import UserError
 from evalsuite.models.toy import ToySize, build_tokenizer, random_model
 
 TINY_SIZE = ToySize(hidden=TINY.hidden, layers=TINY.layers, heads=TINY.heads, intermediate=TINY.intermediate,
@@ -334,3 +336,108 @@ def simulate_oom(module: torch.nn.Module, rows_over: int) -> None:
         return forward(*args, **kwargs)
 
     module.forward = guarded  # type: ignore[method-assign]
+
+
+# ---- the long-context suite: tokens/s per entry and length ------------------------------------------------
+
+CELL_SAMPLES = {False: 2, True: 1}  # samples run of each cell (tiny or not), spread over the cell's plan
+
+
+def long_context(ctx: Context, rows: list[dict]) -> None:
+    """The `long-context` suite's quick scale (tiny's with --tiny) on the pair, one cell (an entry at one
+    length) at a time, shortest lengths first, each on the Llama then the DiffLlama: a few of the cell's
+    samples through the runner's own `evaluate` (prompts built, answered, scored), timed, with the
+    whole cell's time extrapolated. An entry that cannot run here (its data, lm-eval for ruler) is a
+    row with the reason."""
+    from evalsuite.engine.suites import SuiteSettings, load_suite
+
+    suite = load_suite("long-context", settings=SuiteSettings(scale="tiny" if ctx.tiny else "quick"))
+    per_cell = CELL_SAMPLES[ctx.tiny]
+    ctx.notes.append(f"The suite's {suite.scale} scale; of each cell, {per_cell} sample(s) spread over its plan. "
+                     "Prompt tokens/s: the cell's prompt tokens over its seconds (prompts built, prefilled, answered "
+                     "and scored); tokens prefilled: what the model ran (a prefix shared by two prompts runs once)")
+    models = {}
+    for kind, label in (("base", "Llama"), ("diff", "DiffLlama")):
+        models[label] = load_model(str(ctx.folders[kind]), {"dtype": ctx.dtype}, device=ctx.device, batch_size=8)
+        models[label].generate(needle_requests(models[label], 256, 1)[0])  # warm-up: kernels, allocator
+    cells = SuiteCells(suite.entries, rows)
+    for length, entry in cells.order():
+        for label, model in models.items():
+            cells.run(ctx, entry, length, label, model, per_cell)
+
+
+class SuiteCells:
+    """The suite's entries as cells: each entry's task clipped to a model's context and prepared on it
+    once (lm-eval's generation, for ruler) at its first cell; an entry that cannot run here is one row."""
+
+    def __init__(self, entries: Sequence[Any], rows: list[dict]) -> None:
+        self.rows = rows
+        self.prepared: dict[tuple[str, str], tuple[Any, Any]] = {}  # (entry, model) -> (clipped task, state)
+        self.skipped: set[str] = set()
+        self.entries: list[Any] = []
+        for entry in entries:
+            why = entry.missing or unprepared(entry.task)
+            if why is None:
+                self.entries.append(entry)
+            else:
+                self.skip(entry, why)
+
+    def order(self) -> list[tuple[int, Any]]:
+        """(length, entry) by length, then the suite's order: every entry's shorter cells come first."""
+        cells = [(length, index, entry) for index, entry in enumerate(self.entries) for length in entry.task.lengths]
+        return [(length, entry) for length, _, entry in sorted(cells, key=lambda cell: cell[:2])]
+
+    def skip(self, entry: Any, why: str) -> None:
+        self.skipped.add(entry.name)
+        self.rows.append({"model": "both", "entry": entry.name, "length": "all",
+                          "samples run": f"none, skipped: {' '.join(why.split())}"})
+
+    def state(self, entry: Any, label: str, model: Any) -> tuple[Any, Any] | None:
+        """(the task clipped to the model's context, its state on the model); None when the entry is skipped."""
+        from evalsuite.engine.runner import check_task
+        from evalsuite.engine.suite_run import clipped
+
+        if entry.name in self.skipped:
+            return None
+        if (entry.name, label) not in self.prepared:
+            task, _ = clipped(entry.task, entry.clip, model.max_context)
+            try:
+                self.prepared[entry.name, label] = task, check_task(task, model)
+            except (UserError, ImportError) as exc:  # what this machine lacks (lm-eval for ruler, a dataset)
+                self.skip(entry, str(exc))
+                return None
+        return self.prepared[entry.name, label]
+
+    def run(self, ctx: Context, entry: Any, length: int, label: str, model: Any, per_cell: int) -> None:
+        """The cell's row: `per_cell` of its samples evaluated and timed (none for a skipped entry or a
+        length over the model's context)."""
+        from evalsuite.engine.runner import evaluate, planned_samples
+
+        prepared = self.state(entry, label, model)
+        if prepared is None or length not in prepared[0].lengths:
+            return
+        task, state = prepared
+        cell = [s for s in planned_samples(task, state, None) if s.axes.get("context_length") == length]
+        picked = [cell[i * len(cell) // per_cell] for i in range(min(per_cell, len(cell)))]
+        before = model.prefilled_tokens
+        ctx.sync()
+        start = time.perf_counter()
+        records = evaluate(task, model, state, picked, log_prompts=True)
+        ctx.sync()
+        seconds = time.perf_counter() - start
+        prompts = [text for record in records for text in record.prompt["text"]]
+        tokens = sum(model.count_tokens(text) for text in prompts)
+        self.rows.append({"model": label, "entry": entry.name, "length": length,
+                          "samples run": f"{len(picked)} of {len(cell)}", "prompts": len(prompts),
+                          "prompt tokens": tokens, "tokens prefilled": model.prefilled_tokens - before,
+                          "seconds": f"{seconds:.2f}", "prompt tokens/s": f"{tokens / seconds:,.0f}",
+                          "whole cell (s), extrapolated": f"{seconds * len(cell) / max(1, len(picked)):.1f}"})
+
+
+def unprepared(task: Any) -> str | None:
+    """Why the task cannot be prepared without a model (its data files), or None."""
+    try:
+        task.prepare(None)
+    except (UserError, ImportError) as exc:
+        return str(exc)
+    return None

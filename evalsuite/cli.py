@@ -23,7 +23,8 @@ OPTION_HELP = {
              "times to run each on identical samples and compare each with the baseline (--baseline).",
     "task": "Task to run (see `evalsuite list`).",
     "T": "Task parameter key=value, repeatable (e.g. -T lengths=1024,2048 -T preset=paper-4k).",
-    "M": "Model/backend option key=value, repeatable (e.g. -M dtype=bfloat16 -M chat_template=true).",
+    "M": "Model/backend option key=value, repeatable (e.g. -M dtype=bfloat16 -M chat_template=true); a reasoning "
+         "model's -M thinking=auto|off|think|START,END and -M thinking_budget=N (docs/reasoning-models.md).",
     "J": "Run-step option key=value, repeatable: a task's step over the saved outputs, such as the hallucination "
          "task's judge (e.g. -J judge=lexical -J judge_concurrency=8; each also has its flag, --judge ...).",
 }

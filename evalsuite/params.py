@@ -131,8 +131,9 @@ def option_text(value: Any) -> str:
 
 def to_jsonable(params: Any) -> dict[str, Any]:
     """A task's parameters as plain JSON (tuples become lists). A parameter the task lists in
-    `quiet_defaults` (added after runs were recorded) is left out while at the value that keeps
-    those runs' samples, so they keep their identity and hash and pair with new runs."""
+    `quiet_defaults` (a member of the task contract, `contracts.TaskBase`: parameters added after
+    runs were recorded) is left out while at the value that keeps those runs' samples, so they keep
+    their identity and hash and pair with new runs. Any other dataclass has none."""
     quiet = getattr(type(params), "quiet_defaults", {})
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(params).items()
             if not (k in quiet and v == quiet[k])}

@@ -45,6 +45,15 @@ def tiny_models(tmp_path_factory, toy_tokenizer) -> dict[str, Path]:
             for kind in ("base", "diff")}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def generated_data_cache(tmp_path_factory) -> Path:
+    """Data tasks generate once (RULER's samples, runs/generated_cache.py) cached in this session's own
+    folder, never the user's: shared by the session's tests and the processes they start."""
+    folder = tmp_path_factory.mktemp("generated")
+    os.environ["EVALSUITE_CACHE"] = str(folder)
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny models gain nothing from a second thread, and on a shared machine each small

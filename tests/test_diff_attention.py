@@ -11,6 +11,7 @@ from conftest import TINY
 
 from evalsuite.backends.hf import HFModel, diff_attention
 from evalsuite.errors import UserError
+from evalsuite.modeling import wide_attention
 
 
 def random_diffllama(implementation: str) -> torch.nn.Module:
@@ -60,7 +61,7 @@ def test_the_wide_value_through_torch_sdpa_equals_transformers(monkeypatch):
     widens query and key instead)."""
     model = random_diffllama("sdpa")
     want = logits(model, "transformers")
-    monkeypatch.setattr(diff_attention, "EQUAL_WIDTH_KERNELS", ())
+    monkeypatch.setattr(wide_attention, "EQUAL_WIDTH_KERNELS", ())  # what scores_once reads
     monkeypatch.setattr(diff_attention, "pads_query", lambda implementation, device: False)
     assert_same_rows(logits(model, "one_pass"), want)
 

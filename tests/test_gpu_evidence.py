@@ -75,7 +75,8 @@ def step(name):
     return function
 
 
-for name in ("build_models", "prefill", "needle_grid", "paper_suite", "analyses", "decoding", "out_of_memory"):
+for name in ("build_models", "prefill", "needle_grid", "paper_suite", "analyses", "decoding", "out_of_memory",
+             "long_context"):
     globals()[name] = step(name)
 '''
 PLOTTING = '''
@@ -127,7 +128,7 @@ def test_a_cut_in_an_import_and_crashes_spoil_no_later_step_and_the_exit_code_co
     found = sections((tmp_path / "gpu.md").read_text())
     assert list(found) == HEADINGS
     assert "Measured on a test machine;" in (tmp_path / "gpu.md").read_text()
-    for function in ("build_models", "prefill", "out_of_memory"):  # out_of_memory imports what needle_grid's cut left
+    for function in ("build_models", "prefill", "out_of_memory", "long_context"):  # imports what needle_grid's cut left
         body = found[HEADING[function]]
         assert len(table_rows(body)) == 2 and "| drawn |" in body and f"{function} noted." in body, body
         assert body.strip().splitlines()[-1].startswith("Took "), body
@@ -176,7 +177,7 @@ def test_resume_after_a_killed_run_writes_only_the_missing_tables(fake, tmp_path
     resumed = subprocess.run([*command, "--resume"], env={**env, "FAKE_RUN": "2"}, capture_output=True, text=True,
                              timeout=120)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert steps_run(log, "2") == ["build_models", "analyses", "decoding", "out_of_memory"]
+    assert steps_run(log, "2") == ["build_models", "analyses", "decoding", "out_of_memory", "long_context"]
     text = out.read_text()
     assert text.startswith("# GPU measurements\n\nEarlier text.\n") and text.endswith("\n\nText after.\n")
     assert "Measured on a test machine;" in text and "Resumed on a test machine;" in text
@@ -231,6 +232,11 @@ def test_the_tiny_run_writes_every_table_with_rows_and_keeps_the_rest_of_the_fil
     assert "True" in found["A forced out-of-memory and the back-off"]
     assert "quick: seconds, extrapolated" in found["The diff-paper suite at its tiny scale; quick extrapolated"]
     assert "float32 matmul rate measured in this run" in found["Prefill at 8K, 32K and 64K tokens"]
+    long_context = found[HEADING["long_context"]]
+    for entry, length in (("needle", 250), ("nolima", 2000), ("ruler", 1024)):  # the tiny scale's cells, both models
+        for model in ("Llama", "DiffLlama"):
+            assert f"| {model} | {entry} | {length} | 1 of " in long_context, (entry, length, model)
+    assert "| both | ruler-essays | all | none, skipped: give --data-dir DIR holding DIR/ruler/essays |" in long_context
     # a second run replaces its section, not appends another
     gpu_evidence.write(out, "replaced")
     assert out.read_text().count(gpu_evidence.START) == 1 and "replaced" in out.read_text()

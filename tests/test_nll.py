@@ -18,7 +18,6 @@ from evalsuite.analysis.stats import mean_band
 from evalsuite.backends import load_model
 from evalsuite.backends.hf import HFModel
 from evalsuite.backends.hf import token_nll as token_nll_module
-from evalsuite.contracts import TOKEN_NLL
 from evalsuite.engine.runner import RunOptions, make_task, run_task
 from evalsuite.errors import UserError
 from evalsuite.runs.records import RunFolder
@@ -288,7 +287,6 @@ class NanNLL:
     """A TOKEN_NLL adapter whose second window overflows (every NLL NaN), as float16 can."""
 
     name = "nan-nll"
-    capabilities = frozenset({TOKEN_NLL})
     max_context = 1 << 16
     chat_template = False
 

@@ -1,46 +1,41 @@
-"""Every built-in task's prompts are held to its plan version: a fixed plan of each task is built
+"""Every task of evalsuite's own folders holds its prompts to its plan version: its smoke plan is built
 on toy-base (its tokenizer and capabilities; no request is run), and the hash of all its samples'
-prompt hashes (as records write them) must be the one tests/data/prompt_versions.json records for
-that plan version. A prompt change without a version bump fails here; with a bump, rewrite the file:
+prompt hashes (as records write them) must be the one golden.json beside the task records for that
+plan version. A prompt change without a version bump fails here; with a bump, or for a new task,
+rewrite that one task's hash (never every task's at once):
 
-    python tests/test_prompt_versions.py
+    python tests/test_prompt_versions.py NAME [NAME ...]
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+if __name__ == "__main__":  # run as a script: its helpers sit beside it
+    sys.path.insert(0, str(Path(__file__).parent))
+
 from paper_data import write_paper_data
+from task_checks import (
+    golden_entries,
+    golden_path,
+    golden_problem,
+    prompts_digest,
+    smoke_params,
+    smoke_plan_problem,
+    write_golden,
+)
 
+from evalsuite import registry
 from evalsuite.engine.runner import make_task
-from evalsuite.runs.records import prompt_fields
+from evalsuite.errors import UserError
 
-GOLDEN = Path(__file__).parent / "data" / "prompt_versions.json"
-# a small fixed plan of each built-in task (-T values; {data} is tests/paper_data.py's layout)
-PLANS: dict[str, dict[str, str]] = {
-    "needle": {"lengths": "256,1024", "depths": "0,0.5,1", "needles": "1,3", "queries": "1,2", "samples": "2"},
-    "icl": {"dataset": "trec", "data": "{data}/icl/trec.jsonl", "shots": "1,4", "max_tokens": "2048",
-            "test_size": "8"},
-    "hallucination": {"dataset": "qasper", "data": "{data}/hallucination/qasper.jsonl", "samples": "3"},
-    "zeroshot": {"benchmarks": "hellaswag", "data_dir": "{data}/zeroshot", "limit": "4"},
-    "nll": {"data": "{data}/nll", "lengths": "512", "documents": "2"},
-    "attention": {"lengths": "512", "samples": "1"},
-    "outliers": {"tokens": "4096", "window": "512", "shard_tokens": "2048"},
-    "nolima": {"lengths": "256,512", "depths": "0,0.5,1", "samples": "1"},
-    "ruler": {"subtasks": "niah_single_1", "lengths": "512", "samples": "2"},
-}
-
-
-def builtin_tasks() -> set[str]:
-    from importlib.metadata import entry_points
-
-    return {ep.name for ep in entry_points(group="evalsuite.tasks") if ep.value.startswith("evalsuite.")}
+TREE_TASKS = sorted(registry.folder_tasks(registry.TASK_PACKAGE))
 
 
 @cache
@@ -53,27 +48,9 @@ def toy_base() -> Any:
     return HFModel.load(str(HERE / "toy-base"), {}, device="cpu")
 
 
-def _request_text(request: Any) -> str:
-    """What a record's prompt hash covers (engine.runner._prompt_text)."""
-    return str(getattr(request, "prefix", "")) + str(getattr(request, "prompt", None) or getattr(request, "context", ""))
-
-
-def prompts_digest(name: str, data: Path, params: dict[str, str] | None = None) -> str:
-    """sha256 over the fixed plan's (sample id, prompt hash) pairs, in plan order."""
-    raw = {k: v.replace("{data}", str(data)) for k, v in (params or PLANS[name]).items()}
-    task = make_task(name, raw)
-    model = toy_base()
-    state = task.prepare(model)
-    digest = hashlib.sha256()
-    for sample in task.plan(state):
-        requests, _ = task.requests(sample, model, state)
-        sha = prompt_fields([_request_text(r) for r in requests], keep_text=False)["sha256"]
-        digest.update(f"{sample.id} {sha}\n".encode())
-    return digest.hexdigest()
-
-
-def recorded() -> dict[str, dict[str, Any]]:
-    return json.loads(GOLDEN.read_text())
+def digest_of(name: str, data: Path) -> str:
+    """Today's hash of the task's smoke-plan prompts on toy-base."""
+    return prompts_digest(make_task(name, smoke_params(registry.get_task(name), data)), toy_base())
 
 
 @pytest.fixture(scope="module")
@@ -81,41 +58,41 @@ def data(tmp_path_factory) -> Path:
     return write_paper_data(tmp_path_factory.mktemp("paper-data"))
 
 
-def test_every_built_in_task_has_a_fixed_plan():
-    assert set(PLANS) == builtin_tasks()
-    assert set(recorded()) == set(PLANS)
-
-
-@pytest.mark.parametrize("name", sorted(PLANS))
+@pytest.mark.parametrize("name", TREE_TASKS)
 def test_prompts_are_those_of_the_plan_version(name, data):
-    task_class = type(make_task(name, {k: v.replace("{data}", str(data)) for k, v in PLANS[name].items()}))
-    golden = recorded()[name]
-    assert task_class.plan_version == golden["plan_version"], (
-        f"{name}'s plan version changed: rewrite {GOLDEN.name} (python tests/test_prompt_versions.py)")
-    assert prompts_digest(name, data) == golden["sha256"], (
-        f"{name}'s prompts changed under plan version {golden['plan_version']}: bump {name}'s plan_version")
+    cls = registry.get_task(name)
+    problem = smoke_plan_problem(cls) or golden_problem(cls, lambda: digest_of(name, data))
+    assert problem is None, problem
+
+
+def test_every_golden_file_holds_only_tasks_of_its_folder():
+    for name in TREE_TASKS:
+        assert set(golden_entries(golden_path(registry.get_task(name)))) <= set(TREE_TASKS), name
 
 
 def test_a_changed_needle_prompt_without_a_bump_is_caught(data, monkeypatch):
     from evalsuite.tasks.needle import task as needle
 
     monkeypatch.setattr(needle, "INSTRUCTION", needle.INSTRUCTION.replace("magic", "secret"))
-    assert prompts_digest("needle", data) != recorded()["needle"]["sha256"]
+    problem = golden_problem(registry.get_task("needle"), lambda: digest_of("needle", data))
+    assert problem == ("task needle's prompts changed under plan version 1: bump its plan_version, then run "
+                       "`python tests/test_prompt_versions.py needle`")
 
 
-def write_golden() -> None:
-    import tempfile
-
+def main(names: list[str]) -> None:
+    """Rewrite the golden hash of each named task, in its own folder."""
+    if not names:
+        raise SystemExit(f"name the tasks whose golden prompt hash to rewrite, e.g. "
+                         f"python tests/test_prompt_versions.py needle (tasks: {', '.join(TREE_TASKS)})")
     with tempfile.TemporaryDirectory() as folder:
         data = write_paper_data(Path(folder))
-        out = {}
-        for name in sorted(PLANS):
-            task = make_task(name, {k: v.replace("{data}", str(data)) for k, v in PLANS[name].items()})
-            out[name] = {"plan_version": type(task).plan_version, "sha256": prompts_digest(name, data)}
-    GOLDEN.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-    print(f"written: {GOLDEN}")
+        for name in names:
+            try:
+                cls = registry.get_task(name)
+            except UserError as exc:  # an unknown name: one line naming the known ones
+                raise SystemExit(f"error: {exc}") from None
+            print(f"written: {write_golden(cls, digest_of(name, data))} ({name}, plan version {cls.plan_version})")
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
-    write_golden()
+    main(sys.argv[1:])

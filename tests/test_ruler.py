@@ -1,14 +1,17 @@
-"""The ruler task: lm-eval's own RULER samples run through evalsuite's engine.
+"""The ruler task: lm-eval's own RULER samples run through evalsuite's engine, made once per tokenizer.
 
 Prompts are checked against lm-eval's generator functions called here directly, as lm-eval calls
 them (seeded, the toy models' tokenizer loaded by name, essays read by `datasets.load_dataset`),
 and built into lm-eval's plain prompt by lm-eval's own `build_qa_turn`; scores against lm-eval's
 metric functions on hand-made outputs; a run end to end on the two toy models. Importing lm-eval's
 needle module takes a while (it builds a word list of six million pairs): the tests share one import.
+A second run on another checkpoint with the same tokenizer reads the samples from the generated-data
+cache without importing lm-eval's RULER code, and writes the same records.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
 import json
@@ -16,6 +19,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from conftest import invoke
 import evalsuite.models
 from evalsuite.errors import UserError
 from evalsuite.tasks.kit.filler import builtin_sentences
+from evalsuite.tasks.ruler import stored
 from evalsuite.tasks.ruler.calling import draws_after_seed, quiet
 from evalsuite.tasks.ruler.task import Ruler
 from evalsuite.types import Sample
@@ -283,3 +288,90 @@ def test_two_toy_models_end_to_end_records_heatmaps_compare_and_per_cell_gate(tm
     code, out, err = invoke(capsys, "check", str(runs["toy-base"]), "--baseline", str(runs["toy-diff"]))
     assert code in (0, 1), err
     assert "subtask=fwe, context_length=512" in out and "subtask=niah_single_1, context_length=512, depth=" in out
+
+
+CACHED_RUN = ("--task", "ruler", "-T", "subtasks=fwe", "-T", "lengths=512", "-T", "samples=3", "--no-progress")
+# what a record holds of the model that wrote it; everything else is the task's
+MODEL_FIELDS = {"model", "run", "outputs", "scores", "error"}
+SECOND_RUN = textwrap.dedent("""
+    import json, sys
+    from evalsuite.cli import main
+
+    sys.argv, code = ["evalsuite", *sys.argv[1:]], 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    print(json.dumps({"code": code, "imported": sorted(m for m in sys.modules if m.startswith(("lm_eval", "nltk")))}))
+""")
+
+
+def task_fields(run) -> list[dict]:
+    records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in record.items() if k not in MODEL_FIELDS} for record in records]
+
+
+def test_a_second_checkpoint_with_the_same_tokenizer_reads_the_samples_without_lmevals_ruler(tmp_path, monkeypatch,
+                                                                                             capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EVALSUITE_CACHE", str(cache))
+    code, _, err = invoke(capsys, "run", "--model", "toy-diff", *CACHED_RUN, "--out", str(tmp_path / "first"))
+    assert code == 0, err
+    assert len(list((cache / stored.KIND).rglob("*.json.gz"))) == 1  # an entry per sub-task
+    done = subprocess.run([sys.executable, "-c", SECOND_RUN, "run", "--model", "toy-base", *CACHED_RUN,
+                           "--out", str(tmp_path / "second")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "EVALSUITE_CACHE": str(cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = json.loads(done.stdout.strip().splitlines()[-1])
+    assert second["code"] == 0, done.stderr[-2000:]
+    assert not [m for m in second["imported"] if m.startswith(("lm_eval.tasks", "nltk"))], second["imported"]
+    (first_run,), (second_run,) = (list((tmp_path / name).glob("ruler-*")) for name in ("first", "second"))
+    first_fields = task_fields(first_run)
+    assert task_fields(second_run) == first_fields and len(first_fields) == 3
+    assert {r["prompt"]["sha256"] for r in first_fields} and all(r["info"]["prompt_tokens"] for r in first_fields)
+
+
+def test_a_damaged_entry_is_generated_again_with_one_line_and_the_same_samples(tmp_path, monkeypatch, capsys):
+    from evalsuite.backends import load_model
+
+    monkeypatch.setenv("EVALSUITE_CACHE", str(tmp_path))
+    model = load_model("toy-base", {}, device="cpu", batch_size=1)
+    task = Ruler(subtasks=("fwe",), lengths=(512,), samples=4)
+    made = list(task.plan(task.prepare(model)))
+    (entry,) = tmp_path.rglob("*.json.gz")
+    entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
+    capsys.readouterr()
+    again = list(task.plan(task.prepare(model)))
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "damaged" in err
+    assert again == made
+    with gzip.open(entry, "rt") as stream:  # whole again
+        assert len(json.load(stream)["value"]["docs"]) == 500
+
+
+class Counting:
+    """A model as the key reads it: its tokenizer, its count and whether prompts are chat-templated."""
+
+    def __init__(self, tokenizer, chat_template: bool):
+        from evalsuite.backends.common.tokens import TokenRules
+
+        self.tokenizer, self.chat_template = tokenizer, chat_template
+        self.rules = TokenRules(tokenizer, chat_template)
+
+    def count_tokens(self, text: str) -> int:
+        return self.rules.count(text)
+
+
+def test_the_key_holds_the_tokenizers_content_its_counting_and_the_data(toy_tokenizer):
+    from evalsuite.tasks.ruler.stand_ins import LocalData
+
+    plain = Counting(toy_tokenizer, False)
+    key = stored.sample_key("fwe", (512,), (0, 1234), plain, LocalData(), False, 1)
+    assert key is not None and key == stored.sample_key("fwe", (512,), (0, 1234), plain, LocalData(), False, 1)
+    for other in (stored.sample_key("fwe", (512,), (0, 1234), Counting(toy_tokenizer, True), LocalData(), False, 1),
+                  stored.sample_key("fwe", (1024, 512), (0, 1234), plain, LocalData(), False, 1),
+                  stored.sample_key("fwe", (512,), (0, 7), plain, LocalData(), False, 1),
+                  stored.sample_key("fwe", (512,), (0, 1234), plain, LocalData(essays=("An essay.",)), False, 1),
+                  stored.sample_key("fwe", (512,), (0, 1234), plain, LocalData(), False, 2)):
+        assert other is not None and other != key
+    assert stored.sample_key("fwe", (512,), (0, 1234), object(), LocalData(), False, 1) is None  # no tokenizer shown

@@ -13,10 +13,11 @@ as pip installs it), held to what the Task contract promises:
   plotted, compared and shown in HTML by the task's own view;
 - `prepare(None)` works, as it must to read a finished run without loading a model.
 
-Plans are small (SMALL); tasks that need a capability run on the built-in toy pair, the rest on
-the scripted fake model (a byte tokenizer: its lengths are bytes). A task without an entry in
-SMALL runs at its defaults, its plan cut to LIMIT samples. Two deliberately bad tasks show that
-the checks can fail.
+Each task runs its smoke plan (`smoke_plan` in its header; tests/task_checks.py fills "{data}" with
+tests/paper_data.py's files); tasks that need a capability run on the built-in toy pair, the rest on
+the scripted fake model (a byte tokenizer: its lengths are bytes). An outside task without a smoke
+plan runs at its defaults, its plan cut to LIMIT samples; every task of evalsuite's own folders
+declares one, and every such folder is checked. Two deliberately bad tasks show that the checks can fail.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -37,26 +37,23 @@ from typing import Any, ClassVar
 
 import pytest
 from paper_data import write_paper_data
+from task_checks import (
+    LIMIT,
+    answer_problems,
+    model,
+    models_for,
+    plan_problems,
+    score_problems,
+    smoke_params,
+    smoke_plan_problem,
+    write_run,
+)
 
 from evalsuite import registry
 from evalsuite.contracts import TaskBase, TaskView
-from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Sample
+from evalsuite.types import GenerationRequest, Sample
 
 PLUGIN = Path(__file__).parent / "plugin_pkg"
-LIMIT = 4  # samples whose requests and scores are checked
-SMALL: dict[str, dict[str, str]] = {  # -T values; {data} is tests/paper_data.py's layout
-    "needle": {"lengths": "2000,3000", "depths": "0,1", "needles": "1,3", "queries": "1,2", "samples": "2"},
-    "icl": {"dataset": "trec", "data": "{data}/icl/trec.jsonl", "shots": "1,2", "max_tokens": "1024",
-            "test_size": "4"},
-    "hallucination": {"dataset": "xsum", "data": "{data}/hallucination/xsum.jsonl", "samples": "2"},
-    "zeroshot": {"benchmarks": "hellaswag", "data_dir": "{data}/zeroshot", "limit": "2", "bits": "16,8"},
-    "nll": {"data": "{data}/nll", "lengths": "128", "documents": "2"},
-    "attention": {"lengths": "128,256", "depths": "0,1", "samples": "1"},
-    "outliers": {"tokens": "512", "window": "128", "shard_tokens": "256"},
-    "nolima": {"lengths": "2000,3000", "depths": "0,1", "samples": "1"},
-    "ruler": {"lengths": "512", "samples": "2"},
-    "kv": {"pairs": "4,8", "samples": "2"},
-}
 
 
 def _install_plugin() -> None:
@@ -69,7 +66,7 @@ def _install_plugin() -> None:
                     "--no-index", "--target", str(target / "site"), str(source)], check=True, capture_output=True)
     sys.path.insert(0, str(target / "site"))
     importlib.invalidate_caches()
-    registry.load_all()  # the installed tasks; a registry loaded before the plugin was there misses it
+    registry.load_all()  # the tasks declared; a registry read before the plugin was there misses it
     for ep in entry_points(group="evalsuite.tasks"):
         if ep.name not in registry.TASKS:
             registry.register_task(ep.load())
@@ -87,26 +84,7 @@ def data(tmp_path_factory) -> Path:
 def make(name: str, data: Path) -> Any:
     from evalsuite.engine.runner import make_task
 
-    return make_task(name, {k: v.replace("{data}", str(data)) for k, v in SMALL.get(name, {}).items()})
-
-
-@cache
-def model(spec: str) -> Any:
-    from evalsuite.backends import load_model
-
-    return load_model(spec, {}, device="cpu")
-
-
-def models_for(task: Any) -> tuple[Any, Any]:
-    """Two models for the task: the toy pair when it needs a capability, else two scripted fakes."""
-    pair = ("toy-base", "toy-diff") if task.required_capabilities() else ("fake:target", "fake:wrong")
-    return model(pair[0]), model(pair[1])
-
-
-def plain(sample: Sample) -> tuple[Any, ...]:
-    """A sample as plain values: objects in its data (a loaded benchmark) stand for their type."""
-    data = json.dumps(dict(sample.data), sort_keys=True, default=lambda o: type(o).__name__)
-    return sample.id, sample.task, json.dumps(dict(sample.axes), sort_keys=True), sample.target, data
+    return make_task(name, smoke_params(registry.get_task(name), data))
 
 
 @cache
@@ -116,71 +94,6 @@ def prepared(name: str, data: Path) -> tuple[Any, Any, Any, list[Sample]]:
     first, _ = models_for(task)
     state = task.prepare(first)
     return task, first, state, list(task.plan(state))
-
-
-# ---- the checks: each returns what is wrong, so that a bad task can be shown to fail them --------------
-
-
-def plan_problems(make_task: Any, model: Any) -> list[str]:
-    """The plans of two fresh tasks of the same parameters, and of one state read twice, must agree."""
-    task, again = make_task(), make_task()
-    state = task.prepare(model)
-    plans = [list(task.plan(state)), list(task.plan(state)), list(again.plan(again.prepare(model)))]
-    problems = [] if plans[0] else ["the plan holds no sample"]
-    ids = [s.id for s in plans[0]]
-    if len(set(ids)) != len(ids):
-        problems.append("sample ids repeat")
-    if [plain(s) for s in plans[0]] != [plain(s) for s in plans[1]]:
-        problems.append("the same state gives another plan when read again")
-    if [plain(s) for s in plans[0]] != [plain(s) for s in plans[2]]:
-        problems.append("the same parameters and seed give another plan")
-    return problems
-
-
-def _text_fields(request: Any) -> list[str]:
-    fields = [getattr(request, k, "") for k in ("prompt", "prefix", "context", "continuation")]
-    return [str(f) for f in fields] + [*getattr(request, "stop", ()), *(getattr(request, "choices", None) or ())]
-
-
-def answer_problems(task: Any, model: Any, state: Any, samples: Sequence[Sample]) -> list[str]:
-    """A text request must not change when its sample's targets do, and must not show the stand-ins."""
-    problems = []
-    for sample in samples:
-        requests, _ = task.requests(sample, model, state)
-        stand_ins = tuple(f"[answer {i} withheld]" for i in range(max(1, len(sample.target))))
-        swapped, _ = task.requests(dataclasses.replace(sample, target=stand_ins), model, state)
-        for request, other in zip(requests, swapped):
-            if not isinstance(request, (GenerationRequest, LoglikelihoodRequest)):
-                continue  # a probe measures the model itself and is scored against no target
-            if request != other or any(s in text for s in stand_ins for text in _text_fields(other)):
-                problems.append(f"{sample.id}: a request shows its sample's target")
-    return problems
-
-
-def score_problems(task: Any, records: Sequence[Any]) -> list[str]:
-    problems = []
-    for record in records:
-        if record.error:
-            problems.append(f"{record.id}: scoring failed: {record.error}")
-        missing = [m for m in task.metrics if m not in record.scores]
-        odd = [m for m in task.metrics if not isinstance(record.scores.get(m), (bool, int, float, type(None)))]
-        if missing or odd:
-            problems.append(f"{record.id}: metrics {missing or odd} missing or not numbers")
-        json.loads(record.to_json())  # a record is JSON as it is written
-    return problems
-
-
-def write_run(task: Any, model: Any, state: Any, samples: Sequence[Sample], out: Path) -> Any:
-    """A finished run folder of `samples` on `model`: config, the records this test computes, summary."""
-    from evalsuite.engine.runner import RunOptions, evaluate, finish, run_config, run_folder_for
-
-    options = RunOptions(out=out, progress=False)
-    config = run_config(task, model, options)
-    run = run_folder_for(config, options)
-    run.create(config)
-    run.append(evaluate(task, model, state, samples, log_prompts=True, run_hash=config["hash"]))
-    finish(task, run)
-    return run
 
 
 # ---- the conformance suite, one test per promise and task ---------------------------------------------
@@ -285,7 +198,14 @@ def test_a_task_whose_plan_is_not_seeded_fails():
     assert plan_problems(lambda: Leaky(), model("fake:echo")) == []
 
 
-def test_every_built_in_task_and_the_plugin_are_checked():
-    built_in = {ep.name for ep in entry_points(group="evalsuite.tasks") if ep.value.startswith("evalsuite.")}
-    assert built_in | {"kv"} <= set(TASK_NAMES)
-    assert set(SMALL) >= built_in | {"kv"}, "give a new built-in task a small plan in SMALL"
+def test_every_task_folder_and_the_plugin_are_checked():
+    """Every folder of evalsuite/tasks that holds a task.py declares its tasks, each of which is checked here."""
+    folders = {path.parent for path in (Path(registry.__file__).parent / "tasks").glob("*/task.py")}
+    declared = registry.folder_tasks(registry.TASK_PACKAGE)
+    assert folders == {Path(d.origin).parent for d in declared.values()}
+    assert set(declared) | {"kv"} <= set(TASK_NAMES)
+
+
+@pytest.mark.parametrize("name", sorted(registry.folder_tasks(registry.TASK_PACKAGE)))
+def test_every_task_of_the_tree_declares_a_smoke_plan(name):
+    assert smoke_plan_problem(registry.get_task(name)) is None

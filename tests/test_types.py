@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalsuite.backends.fake import FakeModel
-from evalsuite.contracts import SCRIPTED_ANSWERS, tell_expected_answers
+from evalsuite.contracts import SCRIPTED_ANSWERS, capabilities_of, tell_expected_answers
 from evalsuite.types import (
     GenerationRequest,
     Loglikelihood,
@@ -55,9 +55,9 @@ def test_request_kinds_and_requests_carry_no_answer():
 
 
 def test_only_the_scripted_fake_offers_scripted_answers():
-    assert SCRIPTED_ANSWERS in FakeModel.from_options("target", {}).capabilities
+    assert SCRIPTED_ANSWERS in capabilities_of(FakeModel.from_options("target", {}))
     for behaviour in ("oracle", "wrong", "echo"):
-        assert SCRIPTED_ANSWERS not in FakeModel.from_options(behaviour, {}).capabilities
+        assert SCRIPTED_ANSWERS not in capabilities_of(FakeModel.from_options(behaviour, {}))
 
 
 def test_the_scripted_fake_answers_what_it_was_told_for_those_very_requests():
@@ -75,7 +75,7 @@ def test_the_scripted_fake_answers_what_it_was_told_for_those_very_requests():
 
 def test_a_model_without_the_capability_is_told_nothing():
     class Plain:
-        capabilities: frozenset[str] = frozenset()
+        name = "plain"
 
     tell_expected_answers(Plain(), [GenerationRequest(prompt="q")], [("a",)])  # type: ignore[arg-type]
 

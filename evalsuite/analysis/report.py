@@ -22,6 +22,7 @@ from .effective_text import report_markdown
 from .frame import ERRORS_RULE, run_frame, summarize
 from .side_scores import side_metrics
 from .tables import markdown
+from .thinking import thinking_summary, unended_line
 
 
 def format_rate(mean: float | None, low: float | None, high: float | None) -> str:
@@ -79,8 +80,10 @@ def report_runs(paths: Iterable[str | Path], plots: bool = True, effective: Defi
         keys = [k for k in task.group_by if k in frame.columns]
         title = f"## {run.path.name} ({task.name}, {frame['model'].iloc[0]}, n={len(frame)})"
         errors = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
+        unended = unended_line(thinking_summary(frame, run.read_config()))  # a reasoning model's thinking
         sections.append(title + "\n\n" + markdown_table(rows, keys, metrics)
-                        + f"\n\nn: scored and errored samples ({errors} errored); {ERRORS_RULE}")
+                        + f"\n\nn: scored and errored samples ({errors} errored); {ERRORS_RULE}"
+                        + (f"\n\n{unended}" if unended else ""))
         section = task.view(task).report_section(ReadOnlyRun(run))  # e.g. judged accuracy, kept beside samples.jsonl
         if section:
             sections.append(section)

@@ -15,8 +15,13 @@ transformers, vLLM) happen only for the backend in use.
 `check_model` is what can refuse a model without loading its weights (the spec, the `-M`
 options, the checkpoint's files and config): a run of several models checks the ones after
 the first this way before the first loads (whose own load checks the same before its work), so
-a damaged second checkpoint fails in seconds, not after the first model's whole run. A
-plugin's loader may offer the same as a `check(rest, options)` attribute.
+a damaged second checkpoint fails in seconds, not after the first model's whole run. Every
+loader, built-in or plugin, offers it the same way: a `check(rest, options)` attribute
+(`checked_by`, `checked_by_loading`); a loader without one is not checked ahead.
+
+What an adapter offers beyond generate and loglikelihood is what it implements
+(`contracts.capabilities_of`); tests/test_backend_conformance.py holds every backend that loads
+without downloading weights to the contract and to each capability's protocol.
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from evalsuite.contracts import ModelAdapter, missing_capabilities, validate_adapter
 from evalsuite.errors import UserError, did_you_mean
 from evalsuite.registry import backend_names, get_backend, resolve_model_name
 
 DEFAULT_BACKEND = "hf"
+Check = Callable[[str, Mapping[str, str]], None]  # a loader's check(rest, options)
+Loader = TypeVar("Loader", bound=Callable[..., Any])
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -61,7 +69,7 @@ def resolve_spec(spec: str) -> tuple[str, str, str | None]:
 
 def load_model(spec: str, options: Mapping[str, str], device: str = "auto", batch_size: int = 8) -> ModelAdapter:
     """The adapter a model spec names, loaded by its backend with the `-M` options, and checked
-    against the adapter contract (what it declares, it implements) before anything uses it."""
+    against the adapter contract (`validate_adapter`) before anything uses it."""
     kind, rest, label = resolve_spec(spec)
     model = get_backend(kind)(rest, options, device=device, batch_size=batch_size, label=label)
     validate_adapter(model, kind)
@@ -69,49 +77,33 @@ def load_model(spec: str, options: Mapping[str, str], device: str = "auto", batc
 
 
 def check_model(spec: str, options: Mapping[str, str]) -> None:
-    """Refuse, in one line, a model that cannot load, without loading its weights (see above)."""
+    """Refuse, in one line, a model that cannot load, without loading its weights (see above):
+    the `check` its backend's loader carries, built-in or plugin alike (none: nothing to check)."""
     kind, rest, _ = resolve_spec(spec)
-    loader = get_backend(kind)
-    check: Callable[[str, Mapping[str, str]], None] | None = getattr(loader, "check", None) or _BUILTIN_CHECKS.get(kind)
+    check: Check | None = getattr(get_backend(kind), "check", None)
     if check is not None:
         check(rest, options)
 
 
-def _check_hf(rest: str, options: Mapping[str, str]) -> None:
-    from .hf.loading import check_checkpoint
+def checked_by(check: Check) -> Callable[[Loader], Loader]:
+    """Decorator: give a backend loader its `check(rest, options)` (registry.BackendLoader), which
+    refuses without loading weights what the load would refuse."""
 
-    check_checkpoint(rest, options, gguf=False)
+    def attach(loader: Loader) -> Loader:
+        setattr(loader, "check", check)  # noqa: B010 (a function's attribute, which mypy cannot declare)
+        return loader
 
-
-def _check_gguf(rest: str, options: Mapping[str, str]) -> None:
-    from .hf.loading import check_checkpoint
-
-    check_checkpoint(rest, options, gguf=True)
-
-
-def _check_vllm(rest: str, options: Mapping[str, str]) -> None:
-    """The checkpoint's files (vLLM itself is started only when the model's turn comes)."""
-    from .common.checkpoint import locate
-
-    kind, path, _ = resolve_spec(rest)
-    if kind == DEFAULT_BACKEND:
-        locate(path, gguf=False)
+    return attach
 
 
-def _load_to_check(kind: str) -> Callable[[str, Mapping[str, str]], None]:
-    """Backends with no weights to read load in an instant (fake) or just ask a server (server):
-    loading them is their check."""
+def checked_by_loading(loader: Loader) -> Loader:
+    """Decorator for a backend with no weights to read, which loads in an instant (fake) or just
+    asks a server (server): loading it is its check."""
 
     def check(rest: str, options: Mapping[str, str]) -> None:
-        get_backend(kind)(rest, options, device="cpu", batch_size=1, label=None)
+        loader(rest, options, device="cpu", batch_size=1, label=None)
 
-    return check
-
-
-_BUILTIN_CHECKS: dict[str, Callable[[str, Mapping[str, str]], None]] = {
-    "hf": _check_hf, "gguf": _check_gguf, "vllm": _check_vllm, "fake": _load_to_check("fake"),
-    "server": _load_to_check("server"),
-}
+    return checked_by(check)(loader)
 
 
 def require_capabilities(model: ModelAdapter, needed: Sequence[str], task: str) -> None:

@@ -29,6 +29,7 @@ from .adapter import (
     TokenIds,
     TokenLoglikelihood,
     TokenNLL,
+    capabilities_of,
     missing_capabilities,
     offers,
     tell_expected_answers,
@@ -41,5 +42,6 @@ __all__ = [
     "AttentionAllocation", "BATCH_LIMITS", "BatchLimits", "CAPABILITIES", "ContractError", "ModelAdapter", "PREFIX_CACHE",
     "PROTOCOLS", "PrefixCaching", "ProbeRequest", "QuantizedAttention", "RunStep", "SCRIPTED_ANSWERS", "ScriptedAnswers",
     "TOKEN_IDS", "TOKEN_LOGLIKELIHOOD", "TOKEN_NLL", "Task", "TaskBase", "TaskView", "TokenIds", "TokenLoglikelihood",
-    "TokenNLL", "missing_capabilities", "offers", "tell_expected_answers", "validate_adapter", "validate_task"
+    "TokenNLL", "capabilities_of", "missing_capabilities", "offers", "tell_expected_answers", "validate_adapter",
+    "validate_task"
 ]

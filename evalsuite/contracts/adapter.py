@@ -1,10 +1,11 @@
 """The model adapter: what every backend implements, the capabilities beyond it, and the check at load.
 
-A backend's loader returns an adapter: `ModelAdapter`'s members, and for each capability it
-declares in `capabilities` the members of that capability's protocol (`PROTOCOLS`). The core asks
-`capabilities`, never `hasattr`, whether an adapter offers more than generate and loglikelihood;
-`validate_adapter` runs on every adapter a loader returns, so one that declares what it does not
-implement is refused at load with one line naming what is missing, as a task is at registration.
+A backend's loader returns an adapter: `ModelAdapter`'s members, plus the members of each
+capability's protocol (`PROTOCOLS`) it offers. Implementing a protocol is the one declaration: an
+adapter offers a capability exactly when it has that protocol's members (`capabilities_of`,
+`offers`), so what it says it does and what it does cannot drift apart. The names (`TOKEN_NLL`
+...) are what tasks ask for and records keep. `validate_adapter` runs on every adapter a loader
+returns and refuses, in one line naming what is missing, one that lacks a member of the contract.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ class ContractError(UserError, TypeError):
 @runtime_checkable
 class ModelAdapter(Protocol):
     name: str  # short, file-name safe
-    capabilities: frozenset[str]  # names from CAPABILITIES that this backend offers
     max_context: int  # tokens the model can attend over
     chat_template: bool  # prompts are wrapped in the model's chat template
 
@@ -193,12 +193,18 @@ class ProbeRequest(Protocol):
 
 
 def missing_capabilities(model: ModelAdapter, needed: Sequence[str]) -> list[str]:
-    return [name for name in needed if name not in model.capabilities]
+    return [name for name in needed if not offers(model, name)]
 
 
 def offers(model: ModelAdapter, capability: str) -> bool:
-    """Whether the adapter declares `capability` (and so, checked at load, implements its protocol)."""
-    return capability in model.capabilities
+    """Whether the adapter implements `capability`'s protocol (False for a name that is none)."""
+    protocol = PROTOCOLS.get(capability)
+    return protocol is not None and isinstance(model, protocol)
+
+
+def capabilities_of(model: ModelAdapter) -> frozenset[str]:
+    """The names of the capabilities the adapter offers: those whose protocol it implements."""
+    return frozenset(name for name in CAPABILITIES if offers(model, name))
 
 
 # ---- the check at load ------------------------------------------------------------------------
@@ -218,16 +224,18 @@ def protocol_members(protocol: type) -> list[str]:
 
 def validate_adapter(model: Any, backend: str) -> None:
     """Raise ContractError naming the first thing the adapter a backend loaded lacks: a member of
-    `ModelAdapter`, a known name for each capability it declares, or a member of that capability's
-    protocol."""
+    `ModelAdapter`, or, for an adapter written against the earlier contract that still lists its
+    capabilities in a `capabilities` attribute, a known name for each and that name's protocol
+    members: such a list is held to what the adapter implements, never trusted on its own."""
     label = f"backend {backend!r} returned {type(model).__qualname__}"
     lacking = [name for name in protocol_members(ModelAdapter) if not hasattr(model, name)]
     if lacking:
         raise ContractError(f"{label}, which lacks {', '.join(lacking)} of the model adapter contract "
                             "(evalsuite.contracts.ModelAdapter)")
-    declared = model.capabilities
-    if not isinstance(declared, frozenset) or not all(isinstance(name, str) for name in declared):
-        raise ContractError(f"{label}, whose 'capabilities' must be a frozenset of names from CAPABILITIES")
+    declared: Any = getattr(model, "capabilities", frozenset())
+    if not isinstance(declared, (frozenset, set, tuple, list)) or not all(isinstance(n, str) for n in declared):
+        raise ContractError(f"{label}, whose 'capabilities' must name capabilities from CAPABILITIES "
+                            "(or be left out: an adapter offers what it implements)")
     for name in sorted(declared):
         if name not in PROTOCOLS:
             close = difflib.get_close_matches(name, CAPABILITIES, n=1)

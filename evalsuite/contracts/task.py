@@ -9,12 +9,14 @@ subclasses `TaskBase` and writes the three methods of `Task`:
     the model adapter answers each request (types.py: one output type per request kind)
     score(sample, outputs) -> scores, stored with the record
 
-Every optional hook has a default on `TaskBase`, so the engine and the analysis call hooks without
-asking whether a task has them. A task's presentation (plots, report section, HTML samples, the view
-of a pair of runs) lives in its `view`, a `TaskView` subclass. A hook that reads a finished run is
-handed its read-only view (`runs.view.RunView`: its folder, config and records). `validate_task`
-runs when a task registers: a missing member, a hook of the wrong kind or with the wrong parameters,
-a near miss of a hook's name, or a member of the old contract is one line naming what to change.
+Every optional hook and member has a default on `TaskBase`, so the engine and the analysis call hooks
+without asking whether a task has them; the members (name, metrics, group_by, versions, smoke plan...)
+are given as keywords of the task's class statement, its header. A task's presentation (plots, report
+section, HTML samples, the view of a pair of runs) lives in its `view`, a `TaskView` subclass. A
+hook that reads a finished run is handed its read-only view (`runs.view.RunView`: its folder, config
+and records). `validate_task` runs when a task registers: a missing member, a hook of the wrong kind
+or with the wrong parameters, a near miss of a hook's name, or a member of the old contract is one
+line naming what to change.
 """
 
 from __future__ import annotations
@@ -106,9 +108,22 @@ class RunStep(Protocol):
         ...
 
 
-class TaskBase:
-    """Defaults of every optional hook. Subclass it; override what your task needs."""
+_INHERITED: Any = object()  # a header keyword not given: the member is what the class inherits
 
+
+class TaskBase:
+    """Defaults of every optional hook and member. Subclass it; override what your task needs.
+
+    Every member the house reads is listed here, with its default (the required three have none), and
+    each may be given as a keyword of the class statement, its header, instead of a class attribute:
+
+        class Passkey(TaskBase, name="passkey", metrics=("correct",), group_by=("context_length",),
+                      smoke_plan={"lengths": "2000,3000", "samples": "1"}):
+    """
+
+    name: ClassVar[str]  # required: what `--task` selects
+    metrics: ClassVar[tuple[str, ...]]  # required: score keys that reports, compare and check aggregate
+    group_by: ClassVar[tuple[str, ...]]  # required: sample axes that tables and plots group by
     presets: ClassVar[dict[str, dict[str, str]]] = {}  # name -> {param: value}: defaults -T options override
     lower_is_better: ClassVar[tuple[str, ...]] = ()  # metrics where a drop is an improvement
     cluster_key: ClassVar[str | None] = None  # the sample axis that groups dependent samples
@@ -121,6 +136,39 @@ class TaskBase:
     step_options: ClassVar[type | None] = None
     plan_version: ClassVar[int] = 1  # bump when samples or prompts change: a new run folder (code_versions.py)
     score_version: ClassVar[int] = 1  # bump when scoring changes: resumed runs are scored again
+    # parameters added after runs were recorded, at the value that keeps those runs' samples: a run's
+    # params leave them out at that value, so its identity and hash stay (params.to_jsonable)
+    quiet_defaults: ClassVar[Mapping[str, Any]] = {}
+    # -T values of a small plan that the conformance suite runs on the byte-tokenized fake model (or the
+    # toy pair, for a task that needs a capability) and whose prompt hashes golden.json holds beside the
+    # task; "{data}" stands for the folder tests/paper_data.py writes. None: not declared (a built-in
+    # task must declare one; an outside task is run at its defaults, cut to a few samples)
+    smoke_plan: ClassVar[Mapping[str, str] | None] = None
+
+    def __init_subclass__(cls, *, name: str = _INHERITED, metrics: tuple[str, ...] = _INHERITED,
+                          group_by: tuple[str, ...] = _INHERITED, presets: dict[str, dict[str, str]] = _INHERITED,
+                          lower_is_better: tuple[str, ...] = _INHERITED, cluster_key: str | None = _INHERITED,
+                          gating_axes: tuple[str, ...] | None = _INHERITED, primary_metric: str | None = _INHERITED,
+                          view: type[TaskView] = _INHERITED, step_options: type | None = _INHERITED,
+                          plan_version: int = _INHERITED, score_version: int = _INHERITED,
+                          quiet_defaults: Mapping[str, Any] = _INHERITED,
+                          smoke_plan: Mapping[str, str] | None = _INHERITED, **rest: Any) -> None:
+        """The class statement's keywords (its header) set the members they name; validate_task
+        checks them when the task registers."""
+        if rest:  # a misspelt member: the one line names the member it was meant to be
+            unknown = next(iter(rest))
+            close = difflib.get_close_matches(unknown, KNOWN, n=1, cutoff=0.6)
+            raise ContractError(f"task class {cls.__qualname__}: {unknown!r} is no member of the Task contract"
+                                + (f": did you mean {close[0]!r}?" if close else ""))
+        super().__init_subclass__()
+        header = {"name": name, "metrics": metrics, "group_by": group_by, "presets": presets,
+                  "lower_is_better": lower_is_better, "cluster_key": cluster_key, "gating_axes": gating_axes,
+                  "primary_metric": primary_metric, "view": view, "step_options": step_options,
+                  "plan_version": plan_version, "score_version": score_version,
+                  "quiet_defaults": quiet_defaults, "smoke_plan": smoke_plan}
+        for member, value in header.items():
+            if value is not _INHERITED:
+                setattr(cls, member, value)
 
     def prepare(self, model: ModelAdapter | None) -> Any:
         """What `plan` and `requests` read that depends on the model or on loaded data (shot counts,
@@ -173,8 +221,9 @@ OLD_HOOKS = {  # hooks of the earlier contract, and where they went
     "judge_table": "return a RunStep from run_step(options, ...) instead",
     "options": "declare the run step's options as a dataclass named `step_options` (given as -J key=value)",
 }
-KNOWN = {*REQUIRED_ATTRIBUTES, *REQUIRED_METHODS, *HOOKS, "presets", "lower_is_better", "cluster_key", "view",
-         "step_options", "gating_axes", "primary_metric"}
+MEMBERS = ("presets", "lower_is_better", "cluster_key", "gating_axes", "primary_metric", "view", "step_options",
+           "plan_version", "score_version", "quiet_defaults", "smoke_plan")  # optional, each with its default
+KNOWN = {*REQUIRED_ATTRIBUTES, *REQUIRED_METHODS, *HOOKS, *MEMBERS}
 
 
 def validate_task(cls: type) -> None:
@@ -234,6 +283,25 @@ def _check_attributes(cls: type, label: str) -> None:
         raise ContractError(f"{label}: 'view' must be a TaskView subclass")
     _check_signatures(task.view, TaskView, f"{label}, its view {task.view.__qualname__}")
     _check_step_options(task.step_options, label)
+    _check_parameter_maps(cls, label)
+
+
+def _check_parameter_maps(cls: type, label: str) -> None:
+    """The versions are whole numbers from 1; `quiet_defaults` and `smoke_plan` name parameters that exist."""
+    task: Any = cls
+    for member in ("plan_version", "score_version"):
+        value = getattr(task, member)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ContractError(f"{label}: {member!r} must be a whole number from 1, got {value!r}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    plan = task.smoke_plan
+    if plan is not None and not (isinstance(plan, Mapping) and all(isinstance(v, str) for v in plan.values())):
+        raise ContractError(f"{label}: 'smoke_plan' must map parameters to -T text, e.g. {{'samples': '2'}}")
+    for member, given in (("quiet_defaults", task.quiet_defaults), ("smoke_plan", plan or {})):
+        unknown = sorted(set(given) - fields)
+        if unknown:
+            raise ContractError(f"{label}: {member!r} names {unknown[0]!r}, which is not one of its parameters "
+                                f"({', '.join(sorted(fields))})")
 
 
 def _positional(function: Any) -> list[str] | None:

@@ -304,7 +304,10 @@ def _costs(entries: Sequence[tuple[Any, int | None, Any]], specs: Sequence[str],
 
     from .runner import check_task, planned_samples
     from .suite_run import clipped, refused_on
+    from .thinking import split_options
 
+    model_options, thinking = split_options(model_options)  # -M thinking(_budget): the engine's, not the backend's
+    budget = thinking.thinking_budget if thinking is not None else 0
     for spec in specs[1:]:
         check_model(spec, model_options)
     costs = []
@@ -312,7 +315,7 @@ def _costs(entries: Sequence[tuple[Any, int | None, Any]], specs: Sequence[str],
         model = load_model(spec, model_options, device=device, batch_size=batch_size)
         calibration = calibrate(model)
         for entry_task, limit, entry in entries:  # entry: the suite entry (None for --task)
-            task, note = clipped(entry_task, entry.clip if entry else None, model.max_context)  # as the run clips it
+            task, note = clipped(entry_task, entry.clip if entry else None, model.max_context, budget)  # as the run clips
             if note is not None and refused_on(entry, task, model):
                 continue  # an optional entry this model cannot run: skipped with its line, as the run skips it
             state = check_task(task, model)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from evalsuite.analysis.frame import run_frame, summarize
 from evalsuite.analysis.report import view_plots
+from evalsuite.analysis.thinking import thinking_summary, unended_line
 from evalsuite.contracts import (
     BATCH_LIMITS,
     PREFIX_CACHE,
@@ -46,6 +47,7 @@ from evalsuite.runs.view import ReadOnlyRun
 from evalsuite.types import GenerationRequest, LoglikelihoodRequest, Output, Sample, output_to_json
 
 from . import progress
+from . import thinking as reasoning
 from .code_versions import library_versions, rescore_outdated, task_versions, warn_untested
 from .distributed import World, barrier, device_for, shard, world_from_env
 from .no_score import all_failed_note
@@ -67,6 +69,7 @@ class RunOptions:
     finished: Callable[[RunFolder], None] | None = None  # hears of each finished run folder (trackers); not hashed
     prefix_cache: bool = True  # False (--no-prefix-cache): adapters that reuse shared prefixes do not; not hashed
     allow_version_change: bool = False  # resume under other library versions, recording which wrote what; not hashed
+    thinking: reasoning.ThinkingOptions = reasoning.ThinkingOptions()  # -M thinking(_budget); hashed when on
 
 
 def make_task(name: str, raw: Mapping[str, str], seed: int | None = None) -> Task:
@@ -104,16 +107,18 @@ def run_config(task: Task, model: ModelAdapter, options: RunOptions) -> dict[str
     params, fingerprint = to_jsonable(task), model.fingerprint()
     checkpoint = checkpoint_of(fingerprint, options.checkpoint_step)  # the training step, when one is known
     versions = task_versions(task)
-    digest = config_hash(identity_with_step(run_identity(task.name, params, options.limit, fingerprint,
-                                                         versions["plan"]), checkpoint))
-    earlier = config_hash(identity_with_step(unversioned_identity(task.name, params, options.limit, fingerprint),
-                                             checkpoint))
+    thinking = reasoning.thinking_of(options.thinking, model)  # on: it changes outputs, so the hash covers it
+    digest = config_hash(identity_with_step(reasoning.identity_with_thinking(
+        run_identity(task.name, params, options.limit, fingerprint, versions["plan"]), thinking), checkpoint))
+    earlier = config_hash(identity_with_step(reasoning.identity_with_thinking(
+        unversioned_identity(task.name, params, options.limit, fingerprint), thinking), checkpoint))
     untested = warn_untested()
     return {"task": task.name, "params": params, "limit": options.limit, "model": fingerprint, "hash": digest,
             "identity_rule": IDENTITY_RULE, "earlier_hash": earlier, "task_versions": versions,
             "versions": library_versions(), **({"untested_versions": untested} if untested else {}),
             "git_commit": _git_commit(), "log_prompts": options.log_prompts,
-            **({"checkpoint": checkpoint} if checkpoint is not None else {})}
+            **({"checkpoint": checkpoint} if checkpoint is not None else {}),
+            **({"thinking": thinking.recorded()} if thinking is not None else {})}
 
 
 def _folder_name(config: Mapping[str, Any], digest: str) -> str:
@@ -152,9 +157,11 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
     config = run_config(task, model, options)
     run = run_folder_for(config, options)
     world = world_from_env()
-    failed_note: str | None = None  # said after the run's last lines, by the main rank
+    notes: list[str | None] = []  # said after the run's last lines, by the main rank
+    thinking = reasoning.from_config(config)
     if world.main:
         run.create(config)
+        _say(reasoning.budget_note(thinking, model))
     with run.lock() if world.main else contextlib.nullcontext():
         if world.main:
             records = run.read_records(repair=True)  # one consistent samples.jsonl before any rank reads it
@@ -167,17 +174,19 @@ def run_task(task: AnyTask, model: ModelAdapter, options: RunOptions) -> RunFold
             run.write_rank_file(world.rank)
         todo = shard([s for s in samples if s.id not in done], world, task.shard_key)
         halved = len(_batch_limits(model)["halvings"])
-        _evaluate_all(task, model, state, run, todo, options, config["hash"], world)
+        _evaluate_all(task, model, state, run, todo, options, config["hash"], world, thinking)
         barrier(world)
         if world.main:
             _keep_backoff(model, run, halved)
             run.merge([s.id for s in samples])
             if options.step is not None:  # over the merged records, before the summary reads them
                 options.step.apply(ReadOnlyRun(run), options.progress)
-            failed_note = all_failed_note(task, finish(task, run))
+            summary = finish(task, run)
+            notes += [all_failed_note(task, summary), unended_line(summary)]
             _drop_lock_files(run)
         barrier(world)  # no rank reports a run before its summary exists
-    _say(failed_note)
+    for note in notes:
+        _say(note)
     progress.run_done()
     if world.main and options.finished is not None:
         options.finished(run)
@@ -213,7 +222,7 @@ def _drop_lock_files(run: RunFolder) -> None:
 
 
 def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder, todo: list[Sample],
-                  options: RunOptions, run_hash: str, world: World) -> None:
+                  options: RunOptions, run_hash: str, world: World, thinking: reasoning.Thinking | None) -> None:
     label = f"{task.name} {model.name}" + (f" rank {world.rank}" if world.distributed else "")
     bar = tqdm(total=len(todo), desc=label, unit="sample", disable=None if options.progress else True,
                dynamic_ncols=True)
@@ -221,7 +230,7 @@ def _evaluate_all(task: AnyTask, model: ModelAdapter, state: Any, run: RunFolder
     with bar:
         for chunk in _chunks(task, todo, options.chunk):
             with task.apply_model_setting(model, task.model_setting(chunk[0])):
-                run.append(evaluate(task, model, state, chunk, options.log_prompts, run_hash))
+                run.append(evaluate(task, model, state, chunk, options.log_prompts, run_hash, thinking))
             bar.update(len(chunk))
             lines.update(len(chunk))
     lines.close()
@@ -286,11 +295,13 @@ def _chunks(task: AnyTask, samples: Sequence[Sample], size: int) -> Iterator[lis
 
 
 def evaluate(task: Task, model: ModelAdapter, state: Any, samples: Sequence[Sample], log_prompts: bool,
-             run_hash: str = "") -> list[Record]:
+             run_hash: str = "", thinking: reasoning.Thinking | None = None) -> list[Record]:
     """Requests for every sample, one batched call per request kind, probes one by one, then scores.
-    A scripted model (SCRIPTED_ANSWERS) is told each sample's target first; requests never carry it."""
+    A scripted model (SCRIPTED_ANSWERS) is told each sample's target first; requests never carry it.
+    With `thinking` on, open generation requests go out with its budget and the engine cuts their
+    answers (engine/thinking.py); the records keep the task's own requests' prompts."""
     built = [task.requests(sample, model, state) for sample in samples]
-    flat = [(i, j, req) for i, (reqs, _) in enumerate(built) for j, req in enumerate(reqs)]
+    flat = [(i, j, reasoning.sent_request(thinking, req)) for i, (reqs, _) in enumerate(built) for j, req in enumerate(reqs)]
     tell_expected_answers(model, [r for _, _, r in flat], [samples[i].target for i, _, _ in flat])
     outputs: dict[tuple[int, int], Output] = {}
     calls: tuple[tuple[type, Callable[[Any], Sequence[Any]]], ...] = (
@@ -305,12 +316,12 @@ def evaluate(task: Task, model: ModelAdapter, state: Any, samples: Sequence[Samp
             outputs[(i, j)] = r.measure(model)  # a ProbeRequest: the model measured through a capability
     records = []
     for i, (sample, (reqs, info)) in enumerate(zip(samples, built)):
-        outs = [outputs[(i, j)] for j in range(len(reqs))]
-        scores, error = _score(task, sample, outs)
+        read = reasoning.read_outputs(thinking, reqs, [outputs[(i, j)] for j in range(len(reqs))])
+        scores, error = _score(task, sample, read.outputs) if read.error is None else ({}, read.error)
         records.append(Record(
             id=sample.id, task=sample.task, model=model.name, axes=dict(sample.axes), target=sample.target,
-            prompt=prompt_fields([_prompt_text(r) for r in reqs], log_prompts), info=info,
-            outputs=tuple(output_to_json(o) for o in outs), scores=scores, error=error, run=run_hash,
+            prompt=prompt_fields([_prompt_text(r) for r in reqs], log_prompts), info={**info, **read.info},
+            outputs=tuple(output_to_json(o) for o in read.outputs), scores=scores, error=error, run=run_hash,
         ))
     return records
 
@@ -340,6 +351,7 @@ def finish(task: AnyTask, run: RunFolder) -> dict[str, Any]:
         "errors": int(frame["error"].notna().sum()) if "error" in frame.columns else 0,
         "overall": summarize(frame, (), task.metrics)[0],
         "cells": summarize(frame, task.group_by, task.metrics),
+        **thinking_summary(frame, config),
     }
     view = ReadOnlyRun(run)  # what the task's hooks read: the run's records and config, never a way to change them
     summary.update(task.summary(frame, view))
@@ -376,7 +388,9 @@ def for_each_model(specs: Sequence[str], model_options: Mapping[str, str], devic
 
 def run_models(task: AnyTask, specs: Sequence[str], model_options: Mapping[str, str], device: str, batch_size: int,
                options: RunOptions) -> list[RunFolder]:
-    """Run the same task (hence the same samples) on each model in turn."""
+    """Run the same task (hence the same samples) on each model in turn; `-M thinking` and
+    `-M thinking_budget` are the engine's (engine/thinking.py), the other options the backend's."""
+    model_options, options = reasoning.with_thinking(model_options, options)
     with progress.overall(len(specs), bars=options.progress):  # --no-progress: a library's bars too
         return for_each_model(specs, model_options, device, batch_size, options.out,
                               lambda spec, model: run_task(task, model, options))

@@ -35,7 +35,9 @@ def run_suite(suite: Suite, specs: Sequence[str], model_options: Mapping[str, st
     """Every entry on each model (loaded once); returns the suite result files."""
     from .progress import overall
     from .runner import for_each_model
+    from .thinking import with_thinking
 
+    model_options, options = with_thinking(model_options, options)  # -M thinking(_budget): the engine's
     suite = check_needs(suite)
     if not suite.entries:
         raise UserError(f"suite {suite.name}: every entry was skipped; provide what the lines above ask for")
@@ -94,7 +96,7 @@ def _run_entries(suite: Suite, spec: str, model: ModelAdapter, options: RunOptio
     runs, notes, skipped = [], {}, list(suite.skipped)
     for entry in suite.entries:
         limit = options.limit if options.limit is not None else entry.limit
-        task, note = clipped(entry.task, entry.clip, model.max_context)
+        task, note = clipped(entry.task, entry.clip, model.max_context, options.thinking.thinking_budget)
         if note is not None:
             notes[entry.name] = note
             print(f"note: {entry.name} on {model.name}: {note}", file=sys.stderr)
@@ -133,20 +135,23 @@ def _note_replaced(result: Path, scale: str | None, spec: str) -> None:
               "keep both results)", file=sys.stderr)
 
 
-def clipped(task: Any, clip: str | None, max_context: int) -> tuple[Any, str | None]:
-    """The task with the lengths of parameter `clip` over `max_context` left out, and a note saying
-    which were (None when all fit). When none fits (an NLL entry of one 64K length on an 8K model),
-    the entry runs at the model's context instead, so that every model runs every entry."""
+def clipped(task: Any, clip: str | None, max_context: int, thinking_budget: int = 0) -> tuple[Any, str | None]:
+    """The task with the lengths of parameter `clip` over `max_context` (less the tokens a thinking
+    model's generations add, `-M thinking_budget`) left out, and a note saying which were (None when
+    all fit). When none fits (an NLL entry of one 64K length on an 8K model), the entry runs at the
+    room there is instead, so that every model runs every entry."""
     if clip is None:
         return task, None
+    room = max_context - thinking_budget
     lengths = tuple(getattr(task, clip))
-    kept = tuple(n for n in lengths if n <= max_context)
+    kept = tuple(n for n in lengths if n <= room)
     if kept == lengths:
         return task, None
     left_out = ", ".join(str(n) for n in lengths if n not in kept)
-    note = f"{clip} {left_out} left out: over the model's context of {max_context} tokens"
+    less = f" less -M thinking_budget={thinking_budget}" if thinking_budget else ""
+    note = f"{clip} {left_out} left out: over the model's context of {max_context} tokens{less}"
     if not kept:
-        kept, note = (max_context,), f"{note}; run at {max_context} instead"
+        kept, note = (room,), f"{note}; run at {room} instead"
     return dataclasses.replace(task, **{clip: kept}), note
 
 

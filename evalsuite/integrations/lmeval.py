@@ -25,15 +25,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
-import lm_eval.models  # noqa: F401  (lm-eval fills its registry lazily only while it is empty)
+# lm-eval's documented way to add a model, the one use of lm-eval outside modeling/lmeval_compat.py
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from evalsuite.contracts import TOKEN_LOGLIKELIHOOD, ModelAdapter, TokenLoglikelihood, offers
 from evalsuite.engine.distributed import barrier, device_for, init, world_from_env
 from evalsuite.errors import UserError
+from evalsuite.modeling import lmeval_compat
 from evalsuite.params import option_text
 from evalsuite.tasks.lmeval_requests import generation_request, loglikelihood_request
+
+lmeval_compat.load_model_registry()  # before evalsuite's model is registered (lmeval_compat says why)
 
 
 @register_model("evalsuite")
@@ -128,11 +131,8 @@ class EvalsuiteLM(LM):
         """lm-eval's own rolling windows over each text's tokens (as its hf backend makes them:
         the text encoded as a prompt, its first token conditioned on the prefix token, windows
         of the model's context that predict every token once), scored as token pairs."""
-        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-
-        windows = [[make_disjoint_window(w) for w in get_rolling_token_windows(
-            token_list=adapter.encode(text), prefix_token=adapter.prefix_token_id,
-            max_seq_len=self.adapter.max_context, context_len=1)] for text in texts]
+        windows = [lmeval_compat.rolling_token_windows(adapter.encode(text), adapter.prefix_token_id,
+                                                       self.adapter.max_context) for text in texts]
         scores = iter(out.logprob for out in adapter.loglikelihood_tokens([w for ws in windows for w in ws]))
         return [sum(next(scores) for _ in ws) for ws in windows]
 
@@ -162,12 +162,10 @@ class EvalsuiteLM(LM):
 
 def run_lm_eval_cli(args: Sequence[str]) -> None:
     """lm-eval's own command line, with this module's "evalsuite" model registered (`evalsuite lm-eval`)."""
-    import lm_eval.__main__ as lm_eval_main
-
     # lm-eval's own default device is cuda:0; evalsuite's model picks the machine's device unless told
     device = [] if any(a == "--device" or a.startswith("--device=") for a in args) else ["--device", "auto"]
     argv, sys.argv = sys.argv, ["lm_eval", *args, *device]
     try:
-        lm_eval_main.cli_evaluate()
+        lmeval_compat.command_line()()
     finally:
         sys.argv = argv

@@ -107,6 +107,7 @@ class Evaluations:
         from evalsuite.backends.hf.loading import HFOptions
         from evalsuite.backends.hf.model import HFModel
         from evalsuite.engine.runner import RunOptions, make_task, run_task
+        from evalsuite.engine.thinking import with_thinking
         from evalsuite.params import build_params
 
         from .watch_jobs import EvalJob
@@ -120,14 +121,15 @@ class Evaluations:
 
             tokenizer = AutoTokenizer.from_pretrained(str(folder))
         # the trainer's model as it is: no attention of evalsuite's own put into it
-        options = build_params(HFOptions, {"diff_attention": "transformers", **self.model_options}, flag="-M")
+        run_options = RunOptions(out=self.out, limit=self.limit, progress=False, chunk=self.batch_size)
+        backend, run_options = with_thinking(self.model_options, run_options)  # -M thinking(_budget): the engine's
+        options = build_params(HFOptions, {"diff_attention": "transformers", **backend}, flag="-M")
         source = {"label": folder.name, "spec": str(folder), "path": str(folder.resolve()), "gguf_file": None}
         was_training = model.training
         model.eval()
         try:
             adapter = HFModel(model, tokenizer, options, source, self.batch_size)
-            run = run_task(make_task(self.task, self.params), adapter,
-                           RunOptions(out=self.out, limit=self.limit, progress=False, chunk=self.batch_size))
+            run = run_task(make_task(self.task, self.params), adapter, run_options)
         finally:
             model.train(was_training)
         job = EvalJob(out=str(self.out), task=self.task, params=self.params, model_options=self.model_options,

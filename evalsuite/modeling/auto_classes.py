@@ -21,12 +21,15 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 AUTO_MODELS = "transformers.models.auto.modeling_auto"
+# evalsuite's own model classes; each module registers its classes when imported
+MODEL_MODULES = ("evalsuite.modeling.diffllama_v2", "evalsuite.modeling.motif", "evalsuite.modeling.phi4flash")
 
 
 def register_v2() -> None:
     """The model module registers its classes when imported (`diffllama_v2.register`)."""
     try:
-        importlib.import_module("evalsuite.modeling.diffllama_v2")
+        for module in MODEL_MODULES:
+            importlib.import_module(module)
     except ImportError as exc:
         if "partially initialized module" in str(exc):  # inside transformers' own imports: when they are done
             sys.meta_path.insert(0, _Retry())

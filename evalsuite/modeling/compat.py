@@ -108,9 +108,14 @@ def new_cache(pairs: Iterable[tuple[Any, Any]]) -> Any:
 
 
 def empty_cache(config: Any) -> Any:
-    """An empty dynamic cache with the layer kinds the model's config declares."""
+    """An empty dynamic cache with the layer kinds the model's config declares; for a model whose
+    layers a dynamic cache cannot hold (recurrent state, keys shared across layers), the cache its
+    config makes (`config.new_cache()`, evalsuite's phi4flash)."""
     from transformers import DynamicCache
 
+    own = getattr(config, "new_cache", None)
+    if callable(own):
+        return own()
     return DynamicCache(config=config)
 
 
@@ -178,10 +183,24 @@ def attention_function(implementation: str, default: Callable[..., Any] | None =
     return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, default)
 
 
+def follows_attention_interface(model_class: type) -> None:
+    """Let `set_attn_implementation` switch a model class of evalsuite's own whose attention goes through
+    `attention_function`: transformers decides whether a class may switch by searching its module's
+    source for the interface's lookup, which evalsuite's modeling files make here instead."""
+    model_class._can_set_attn_implementation_cached_value = True  # type: ignore[attr-defined]
+
+
 def has_mask_function(implementation: str) -> bool:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     return implementation in ALL_MASK_ATTENTION_FUNCTIONS
+
+
+def boolean_masks(implementation: str) -> bool:
+    """Whether `implementation` takes boolean masks (SDPA's format), not additive ones (eager's)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    return implementation in ALL_MASK_ATTENTION_FUNCTIONS and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is sdpa_mask
 
 
 def register_attention(name: str, function: Callable[..., Any], masks_like: str) -> None:

@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+from transformers import LlamaConfig
 
-from evalsuite.modeling import compat
+from evalsuite.modeling import compat, llama_stack
 
 _llama = compat.llama_modeling()  # the Llama blocks V2 keeps
 LlamaDecoderLayer: Any = _llama.LlamaDecoderLayer
@@ -151,38 +151,26 @@ class DiffLlamaV2PreTrainedModel(LlamaPreTrainedModel):
             nn.init.normal_(module.lambda_proj.weight, mean=0.0, std=self.config.initializer_range)
 
 
+# its attention goes through compat.attention_function, which transformers' source-text check cannot see
+compat.follows_attention_interface(DiffLlamaV2PreTrainedModel)
+
+
 class DiffLlamaV2Model(DiffLlamaV2PreTrainedModel, LlamaModel):
     """LlamaModel's forward over V2 layers (built here, not by LlamaModel.__init__, which
     would first allocate a Llama's layers)."""
 
     def __init__(self, config: DiffLlamaV2Config):
-        LlamaPreTrainedModel.__init__(self, config)
-        self.padding_idx = config.pad_token_id
-        self.vocab_size = config.vocab_size
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
-        self.layers = nn.ModuleList([DiffLlamaV2DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
-        self.norm = _llama.LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = _llama.LlamaRotaryEmbedding(config=config)
-        self.gradient_checkpointing = False
-        self.post_init()
+        llama_stack.build_model_body(self, config, DiffLlamaV2DecoderLayer)
 
 
 class DiffLlamaV2ForCausalLM(DiffLlamaV2PreTrainedModel, LlamaForCausalLM):
     def __init__(self, config: DiffLlamaV2Config):
-        LlamaPreTrainedModel.__init__(self, config)
-        self.model = DiffLlamaV2Model(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
+        llama_stack.build_causal_lm(self, config, DiffLlamaV2Model)
 
 
 def register() -> None:
     """Make `AutoConfig`/`AutoModelForCausalLM` (and so `--model FOLDER`) load V2 folders."""
-    try:
-        AutoConfig.register(DiffLlamaV2Config.model_type, DiffLlamaV2Config)
-        AutoModelForCausalLM.register(DiffLlamaV2Config, DiffLlamaV2ForCausalLM)
-    except ValueError:  # registered already (a second import path, or a caller registered it first)
-        pass
+    llama_stack.register_auto(DiffLlamaV2Config, DiffLlamaV2ForCausalLM)
 
 
 register()

@@ -25,10 +25,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from evalsuite.backends import checked_by
+
 if TYPE_CHECKING:
     from .model import HFModel
 
 
+def check_folder(rest: str, options: Mapping[str, str]) -> None:
+    """The `-M` options and the checkpoint's files, without reading weights (backends.check_model)."""
+    from .loading import check_checkpoint
+
+    check_checkpoint(rest, options, gguf=False)
+
+
+def check_gguf(rest: str, options: Mapping[str, str]) -> None:
+    from .loading import check_checkpoint
+
+    check_checkpoint(rest, options, gguf=True)
+
+
+@checked_by(check_folder)
 def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
          label: str | None = None) -> HFModel:
     """The `hf` backend's loader: a transformers folder or hub id."""
@@ -37,6 +53,7 @@ def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_s
     return HFModel.load(rest, dict(options), device=device, batch_size=batch_size, label=label)
 
 
+@checked_by(check_gguf)
 def load_gguf(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
               label: str | None = None) -> HFModel:
     """The `gguf` backend's loader: a GGUF file, dequantized by transformers."""

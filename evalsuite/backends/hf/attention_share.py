@@ -18,7 +18,10 @@ How one prompt is measured:
   to 1). A span sum of that map is the same combination of the two span sums, since both are
   linear. Which heads pair up and how λ is computed is `diff_attention`'s, the one place that
   knows DIFF layers;
-- a forward stops after the deepest selected layer: later layers cannot change earlier ones.
+- a forward stops after the deepest selected layer: later layers cannot change earlier ones;
+- a hybrid whose config names each layer's block (`layers_block_type`, Phi-4-mini-flash) is read at
+  its attention layers; a sliding-window layer that keeps only its last keys passes its window and
+  the position of its first key (`sliding_window`, `first_key_position` in the call's keywords).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from evalsuite.modeling import compat
 from evalsuite.types import AttentionMass
 
 from . import diff_attention
+from .quant import attending_layers
 
 NAME_PREFIX = "evalsuite_rows_"  # + the model's own implementation, which the wrapper delegates to
 PREFILL_ROWS = 1024  # prompt tokens per forward pass
@@ -48,10 +52,13 @@ FLAT_LAMBDA = 1e-6  # |1 - λ| below this: the differential rows sum to ~0 and n
 
 
 def span_masses(rows: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor, spans: Sequence[tuple[int, int]],
-                scaling: float, chunk_bytes: int | None = None) -> torch.Tensor:
+                scaling: float, chunk_bytes: int | None = None, window: int | None = None,
+                first_key: int = 0) -> torch.Tensor:
     """Causal softmax attention of query `rows` (H, R, d) over `keys` (KV heads, K, d), summed
     over each span [start, end): (H, R, spans) float32. Row r sits at `positions[r]` and sees
-    keys 0 .. positions[r]; head h reads key head h // (H / KV heads), as transformers' repeat_kv."""
+    keys 0 .. positions[r], or with a sliding `window` the last `window` of them (itself included);
+    keys[j] sits at position first_key + j (a sliding-window cache keeps only the last keys); head h
+    reads key head h // (H / KV heads), as transformers' repeat_kv."""
     heads, n_rows, dim = rows.shape
     kv_heads = keys.shape[0]
     device = rows.device
@@ -62,15 +69,20 @@ def span_masses(rows: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
     total = torch.zeros((heads, n_rows), device=device)
     per_span = torch.zeros((heads, n_rows, len(spans)), device=device)
     chunk = max(1, (chunk_bytes or KEY_CHUNK_BYTES) // (4 * heads * n_rows))
-    for start in range(0, int(positions.max()) + 1, chunk):
+    for start in range(first_key, int(positions.max()) + 1, chunk):
         key_positions = torch.arange(start, min(start + chunk, int(positions.max()) + 1), device=device)
-        scores = torch.matmul(grouped, keys[:, key_positions].float().transpose(-1, -2))
+        scores = torch.matmul(grouped, keys[:, key_positions - first_key].float().transpose(-1, -2))
         scores = scores.view(heads, n_rows, -1) * scaling
-        scores = scores.masked_fill(key_positions[None, None, :] > positions[None, :, None], -torch.inf)
-        # key 0 is in the first chunk and every row sees it, so the max is finite from then on
+        hidden = key_positions[None, None, :] > positions[None, :, None]
+        if window is not None:
+            hidden |= positions[None, :, None] - key_positions[None, None, :] >= window
+        scores = scores.masked_fill(hidden, -torch.inf)
+        # a row that sees no key of this chunk yet (a window starts later) keeps a max of -inf: it
+        # is taken as 0 there, so every weight so far is exp(-inf) = 0 and nothing is NaN
         new_max = torch.maximum(running_max, scores.amax(dim=-1))
-        shrink = torch.exp(running_max - new_max)
-        weights = torch.exp(scores - new_max[..., None])
+        finite_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+        shrink = torch.exp(running_max - finite_max)
+        weights = torch.exp(scores - finite_max[..., None])
         inside = ((key_positions[:, None] >= starts) & (key_positions[:, None] < ends)).float()
         total = total * shrink + weights.sum(dim=-1)
         per_span = per_span * shrink[..., None] + torch.matmul(weights, inside)
@@ -135,7 +147,9 @@ class RowCollector:
     def new_forward(self) -> None:
         self.seen = set()
 
-    def observe(self, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float | None) -> None:
+    def observe(self, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float | None,
+                window: int | None = None, first_key: int = 0) -> None:
+        """One attention call; a sliding-window layer passes its window and the position of its first key."""
         layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise UserError(f"{type(module).__name__} has no layer_idx; cannot attribute its attention rows")
@@ -143,14 +157,16 @@ class RowCollector:
             return
         self.seen.add(layer)
         if layer in self.layers:
-            self._take(layer, module, query, key, query.shape[-1] ** -0.5 if scaling is None else scaling)
+            self._take(layer, module, query, key, query.shape[-1] ** -0.5 if scaling is None else scaling,
+                       window, first_key)
         if layer == self.deepest:
             raise _DeepestLayerDone
 
-    def _take(self, layer: int, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+    def _take(self, layer: int, module: Any, query: torch.Tensor, key: torch.Tensor, scaling: float,
+              window: int | None, first_key: int) -> None:
         assert query.shape[0] == 1, "one prompt per forward"
-        offset = key.shape[2] - query.shape[2]  # the query rows are the last ones the keys cover
-        here = (self.queries >= offset) & (self.queries < key.shape[2])
+        offset = first_key + key.shape[2] - query.shape[2]  # the query rows are the last ones the keys cover
+        here = (self.queries >= offset) & (self.queries < first_key + key.shape[2])
         heads = query.shape[1]
         if layer not in self.masses:
             self.masses[layer] = torch.zeros((heads, len(self.queries), len(self.spans)), device=query.device)
@@ -161,7 +177,8 @@ class RowCollector:
         if not bool(here.any()):
             return
         rows = query[0][:, self.queries[here] - offset]
-        self.masses[layer][:, here] = span_masses(rows, key[0], self.queries[here], self.spans, scaling)
+        self.masses[layer][:, here] = span_masses(rows, key[0], self.queries[here], self.spans, scaling,
+                                                  window=window, first_key=first_key)
         self.filled[layer] |= here
         if diff_attention.is_v2(module):
             if layer not in self.inputs:
@@ -219,7 +236,8 @@ def rows_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
     collector = _active
     if collector is None:
         raise UserError(f"{type(module).__name__} runs evalsuite's row-reading attention outside a measurement")
-    collector.observe(module, query, key, kwargs.get("scaling"))
+    collector.observe(module, query, key, kwargs.get("scaling"), kwargs.get("sliding_window"),
+                      kwargs.get("first_key_position", 0))
     own = _module_eager(module) if collector.original == "eager" else compat.attention_function(collector.original)
     return own(module, query, key, value, attention_mask, *args, **kwargs)
 
@@ -308,10 +326,15 @@ class AttentionShare:
         """The selected layers as indices 0 .. L-1 (negative ones count from the end), after the
         request's other parts are checked."""
         count = self.attention_layers()
-        wanted = list(range(count)) if layers is None else [layer % count if -count <= layer < count else layer
-                                                              for layer in layers]
+        attending = attending_layers(self.model)  # a hybrid's Mamba layers have no attention to read
+        wanted = attending if layers is None else [layer % count if -count <= layer < count else layer
+                                                   for layer in layers]
         if not wanted or any(not 0 <= layer < count for layer in wanted):
             raise UserError(f"{self.name} has layers 0..{count - 1}; cannot select layers {list(layers or [])}")
+        recurrent = [layer for layer in wanted if layer not in attending]
+        if recurrent:
+            raise UserError(f"{self.name}: layers {recurrent} are Mamba layers, which have no attention; its "
+                            f"attention layers are {','.join(map(str, attending))}")
         if norm not in DIFF_NORMS:
             raise UserError(f"differential normalisation must be one of {', '.join(DIFF_NORMS)}, got {norm!r}")
         if norm == "lambda_init" and any(diff_attention.is_v2(module) for module in self.model.modules()):

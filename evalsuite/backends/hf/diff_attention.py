@@ -30,15 +30,18 @@ import torch
 
 from evalsuite.errors import UserError
 from evalsuite.modeling import compat
+from evalsuite.modeling.wide_attention import (  # noqa: F401  (the seam's names: the call with a 2d-wide value)
+    EQUAL_WIDTH_KERNELS,
+    PADDED_DEVICES,
+    attend_wide,
+    delegate_of,
+    pads_query,
+    register_wrapper,
+    scores_once,
+)
 
 MODES = ("one_pass", "transformers")
-# attention implementations whose kernels need the value as wide as the query (or run a wider
-# one on an n x n fallback): DiffLlama keeps transformers' two calls under them
-EQUAL_WIDTH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention")
-# devices whose SDPA runs the zero-widened query and key on a fused kernel
-PADDED_DEVICES = ("cpu", "cuda")
 _V1_LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init")
-_wrappers: dict[str, str] = {}  # an evalsuite wrapper's implementation name -> the one it delegates to
 
 
 # ---- what a DIFF layer is --------------------------------------------------------------------------
@@ -87,33 +90,6 @@ def wide_value(value: torch.Tensor) -> torch.Tensor:
     each half gives them), so one call's output is the two calls' outputs concatenated."""
     first, second = torch.chunk(value, 2, dim=1)
     return torch.cat([first, second], dim=-1).repeat(1, 2, 1, 1)
-
-
-def register_wrapper(name: str, delegate: str) -> None:
-    """An attention function `name` that hands the attention to `delegate` after its own work."""
-    _wrappers[name] = delegate
-
-
-def delegate_of(implementation: str) -> str:
-    """The attention implementation that finally runs under `implementation` (past wrappers)."""
-    while implementation in _wrappers:
-        implementation = _wrappers[implementation]
-    return implementation
-
-
-def scores_once(implementation: str) -> bool:
-    """Whether a DiffLlama layer under `implementation` attends once with the wide value."""
-    return delegate_of(implementation) not in EQUAL_WIDTH_KERNELS
-
-
-def pads_query(implementation: str, device: torch.device) -> bool:
-    """Whether a DiffLlama layer attends once by widening query and key with zeros to the value's
-    width: SDPA on a CPU or a CUDA device, whose flash kernels need equal widths. The zeros add
-    nothing to any score, so each map's scores are transformers' own; the multiply-adds of the
-    scores are those of the two calls, but every score is exponentiated once, not twice, and the
-    kernel is launched once (on a CPU 0.93x the two calls' time at 8K tokens; docs/attention.md).
-    Other devices keep the two calls: their SDPA kernels are not known here."""
-    return delegate_of(implementation) == "sdpa" and device.type in PADDED_DEVICES
 
 
 class OnePassDiffLlamaAttention(compat.diffllama_modeling().DiffLlamaAttention):  # type: ignore[misc]

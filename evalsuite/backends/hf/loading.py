@@ -138,6 +138,8 @@ def check_shapes(spec: str, folder: str, config: Mapping[str, Any], options: HFO
     from transformers import AutoConfig, AutoModelForCausalLM
 
     import evalsuite.modeling.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
+    import evalsuite.modeling.motif  # noqa: F401  (registers `Motif` with the Auto classes)
+    import evalsuite.modeling.phi4flash  # noqa: F401  (registers `phi4flash` with the Auto classes)
 
     stored = safetensors_shapes(Path(folder), spec)
     if not stored:
@@ -145,7 +147,10 @@ def check_shapes(spec: str, folder: str, config: Mapping[str, Any], options: HFO
     try:
         model_config = AutoConfig.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
     except Exception as exc:  # transformers raises ValueError, KeyError, OSError... for a config it cannot read
-        raise UserError(f"could not load {spec}: config.json: {first_line(exc)}") from None
+        # a config class's own validation (huggingface_hub's strict dataclasses) says why on its second
+        # line and keeps the validator's error as the cause: that error is the one line worth showing
+        cause = exc.__cause__ if type(exc).__name__ == "StrictDataclassClassValidationError" else None
+        raise UserError(f"could not load {spec}: config.json: {first_line(cause or exc)}") from None
     try:
         with torch.device("meta"):  # shapes only: no memory is allocated
             model = AutoModelForCausalLM.from_config(model_config, trust_remote_code=options.trust_remote_code)
@@ -178,6 +183,8 @@ def load_checkpoint(spec: str, options: HFOptions, device: str, gguf: bool, labe
     from transformers.utils import logging as hf_logging
 
     import evalsuite.modeling.diffllama_v2  # noqa: F401  (registers `diffllama_v2` with the Auto classes)
+    import evalsuite.modeling.motif  # noqa: F401  (registers `Motif` with the Auto classes)
+    import evalsuite.modeling.phi4flash  # noqa: F401  (registers `phi4flash` with the Auto classes)
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
     folder, gguf_file = checked(spec, options, gguf)

@@ -27,17 +27,7 @@ from evalsuite.backends.common.checkpoint import (
     weights_fingerprint,
 )
 from evalsuite.backends.common.tokens import TokenRules, eos_ids
-from evalsuite.contracts import (
-    ACTIVATION_PROBE,
-    ATTENTION_ALLOCATION,
-    ATTENTION_QUANTIZATION,
-    BATCH_LIMITS,
-    PREFIX_CACHE,
-    TOKEN_IDS,
-    TOKEN_LOGLIKELIHOOD,
-    TOKEN_NLL,
-    ActivationObserver,
-)
+from evalsuite.contracts import ActivationObserver
 from evalsuite.errors import UserError
 from evalsuite.modeling import compat
 from evalsuite.params import build_params
@@ -52,7 +42,8 @@ from .token_nll import TokenNLL
 
 
 class HFModel:
-    """A transformers causal LM behind the model adapter interface."""
+    """A transformers causal LM behind the model adapter interface. It offers every capability
+but SCRIPTED_ANSWERS (contracts.PROTOCOLS): the members below implement their protocols."""
 
     def __init__(self, model: Any, tokenizer: Any, options: HFOptions, source: dict[str, Any], batch_size: int):
         self.model = model
@@ -70,9 +61,6 @@ class HFModel:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
         generation_config = getattr(model, "generation_config", None)
         self.eos_ids = eos_ids(tokenizer, getattr(generation_config, "eos_token_id", None))
-        self.capabilities: frozenset[str] = frozenset({ATTENTION_QUANTIZATION, ACTIVATION_PROBE, ATTENTION_ALLOCATION,
-                                                         TOKEN_NLL, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, BATCH_LIMITS,
-                                                         PREFIX_CACHE})
         self.tokens = TokenRules(tokenizer, self.chat_template, self.eos_ids)
         self.prefix_cache = PrefixCache(model, self.tokens, options, self.device, self.max_context)
         self.decoder = Decoder(model, self.tokens, self.prefix_cache, options, self.device, self.batch_size,

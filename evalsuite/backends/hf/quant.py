@@ -250,7 +250,19 @@ def attach(model: Any, hook: Hook | None) -> None:
 
 def _expected_layers(model: Any) -> int | None:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "layers_block_type", None) is not None:
+        return len(attending_layers(model))
     return getattr(config, "num_hidden_layers", None)
+
+
+def attending_layers(model: Any) -> list[int]:
+    """The decoder layers whose mixer is attention: every layer, except in a hybrid whose config names
+    each layer's block (`layers_block_type`: mamba, attention or shared_attention, as Phi-4-mini-flash's)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    kinds = getattr(config, "layers_block_type", None)
+    if kinds is None:
+        return list(range(int(config.num_hidden_layers)))
+    return [layer for layer, kind in enumerate(kinds) if kind != "mamba"]
 
 
 def _verify_routing(model: Any) -> None:

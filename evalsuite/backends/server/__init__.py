@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from evalsuite.backends import checked_by_loading
+
 if TYPE_CHECKING:
     from .model import ServerModel
 
 
+@checked_by_loading  # asking the server for its models is the check
 def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
          label: str | None = None) -> ServerModel:
     """The `server:MODEL_NAME` backend's loader (device and batch size are the server's business)."""

@@ -75,11 +75,12 @@ NO_CHAT_LOGPROBS = ("log-likelihood tasks and answer sets need prompt log-probab
 
 
 class ServerModel:
+    """No capability beyond generate and loglikelihood: a server shows no weights, activations or token ids."""
+
     def __init__(self, model: str, options: ServerOptions, label: str | None):
         self.model = model
         self.options = options
         self.name = label or re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "server"
-        self.capabilities: frozenset[str] = frozenset()  # no weights or activations to reach
         self.api = APIS[options.api]
         # with the chat API the task's plain prompt is the user's message and the server adds the
         # template: the prompt is built as plain text, as for /v1/completions without a template

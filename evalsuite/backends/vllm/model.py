@@ -18,7 +18,6 @@ from evalsuite.backends.common.checkpoint import (
     weights_fingerprint,
 )
 from evalsuite.backends.common.tokens import TokenRules, eos_ids
-from evalsuite.contracts import PREFIX_CACHE, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, TOKEN_NLL
 from evalsuite.errors import UserError, first_line
 from evalsuite.params import build_params
 from evalsuite.types import GenerationRequest, Loglikelihood, LoglikelihoodRequest
@@ -33,7 +32,10 @@ class VLLMModel:
 
     Prompts reach vLLM as token ids made by `tokens`, the token rules the hf backend follows
     too (backends.common.tokens), so that the two backends see the same tokens and their
-    records compare; answers end where hf's decoding loop ends them."""
+    records compare; answers end where hf's decoding loop ends them. Its capabilities, all from
+    vLLM's outputs (prompt log-probs, its tokenizer, its prefix cache): TOKEN_IDS,
+    TOKEN_LOGLIKELIHOOD, TOKEN_NLL and PREFIX_CACHE; no hooks into its kernels, so none of the
+    attention or activation ones."""
 
     def __init__(self, llm: Any, tokenizer: Any, options: VLLMOptions, source: dict[str, Any]):
         self.llm = llm
@@ -45,9 +47,6 @@ class VLLMModel:
         self.max_context = int(llm.model_config.max_model_len)
         self.eos_ids = eos_ids(tokenizer, generation_eos(source["path"]))
         self.tokens = TokenRules(tokenizer, self.chat_template, self.eos_ids)
-        # all from vLLM's outputs (prompt log-probs, its tokenizer, its prefix cache); no hooks into its
-        # kernels, so none of the attention or activation capabilities
-        self.capabilities: frozenset[str] = frozenset({TOKEN_NLL, TOKEN_IDS, TOKEN_LOGLIKELIHOOD, PREFIX_CACHE})
         self.cached_prompt_tokens = 0  # prompt tokens served from vLLM's prefix cache so far (benchmarks, tests)
         if self.chat_template and not getattr(tokenizer, "chat_template", None):
             raise UserError(f"-M chat_template=true but {self.name} has no chat template")

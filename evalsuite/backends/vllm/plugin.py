@@ -12,6 +12,7 @@ from __future__ import annotations
 MODELS = {
     "DiffLlamaForCausalLM": "evalsuite.backends.vllm.diffllama:DiffLlamaForCausalLM",  # transformers' DiffLlama
     "DiffLlamaV2ForCausalLM": "evalsuite.backends.vllm.diffllama_v2:DiffLlamaV2ForCausalLM",  # DIFF V2
+    "MotifForCausalLM": "evalsuite.backends.vllm.motif:MotifForCausalLM",  # Motif-2.6B, Motif-2-12.7B (GDA)
 }
 
 
@@ -19,6 +20,7 @@ def register() -> None:
     from vllm import ModelRegistry
 
     import evalsuite.modeling.diffllama_v2  # noqa: F401  (AutoConfig learns "diffllama_v2" in this process)
+    import evalsuite.modeling.motif  # noqa: F401  (AutoConfig learns "Motif")
 
     for architecture, model_class in MODELS.items():
         ModelRegistry.register_model(architecture, model_class)

@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
-from evalsuite.contracts import ATTENTION_ALLOCATION, AttentionAllocation, ModelAdapter, TaskBase, TaskView
+from evalsuite.contracts import ATTENTION_ALLOCATION, AttentionAllocation, ModelAdapter, TaskBase
 from evalsuite.errors import UserError
 from evalsuite.registry import register_task
 from evalsuite.runs.view import RunView
@@ -127,18 +127,11 @@ class AttentionState:
 
 @register_task
 @dataclass(frozen=True)
-class Attention(TaskBase):
+class Attention(TaskBase, name="attention", presets=PRESETS, view=AttentionView, group_by=Needle.group_by,
+                metrics=("answer_share", "noise_share"), lower_is_better=("noise_share",),
+                primary_metric="answer_share",  # gated per cell of group_by
+                smoke_plan={"lengths": "128,256", "depths": "0,1", "samples": "1"}):
     """Attention allocation: share of attention on the answer needle vs the noise, by depth (paper Table 3)."""
-
-    name: ClassVar[str] = "attention"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
-    group_by: ClassVar[tuple[str, ...]] = Needle.group_by
-    metrics: ClassVar[tuple[str, ...]] = ("answer_share", "noise_share")
-    primary_metric: ClassVar[str | None] = "answer_share"  # gated per cell of group_by
-    lower_is_better: ClassVar[tuple[str, ...]] = ("noise_share",)
-    view: ClassVar[type[TaskView]] = AttentionView
 
     # the needle task's parameters and defaults: its plan and prompts are this task's
     lengths: tuple[int, ...] = Needle.lengths

@@ -32,7 +32,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from evalsuite.contracts import ModelAdapter, TaskBase
 from evalsuite.errors import UserError, unknown
@@ -169,18 +169,13 @@ class HallucinationState:
 
 @register_task
 @dataclass(frozen=True)
-class Hallucination(TaskBase):
+class Hallucination(TaskBase, name="hallucination", view=HallucinationView, group_by=("dataset",),
+                    metrics=("empty_output",),
+                    primary_metric="empty_output",  # with the judged side scores, per dataset
+                    lower_is_better=("empty_output",),  # the gate reads a rise as a regression
+                    step_options=JudgeOptions,  # --judge and its settings, on `evalsuite run` and `evalsuite score`
+                    smoke_plan={"dataset": "xsum", "data": "{data}/hallucination/xsum.jsonl", "samples": "2"}):
     """Contextual hallucination: outputs judged for support by their document (paper §3.6)."""
-
-    name: ClassVar[str] = "hallucination"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    group_by: ClassVar[tuple[str, ...]] = ("dataset",)
-    metrics: ClassVar[tuple[str, ...]] = ("empty_output",)
-    primary_metric: ClassVar[str | None] = "empty_output"  # with the judged side scores, per dataset
-    lower_is_better: ClassVar[tuple[str, ...]] = ("empty_output",)  # the gate reads a rise as a regression
-    view = HallucinationView
-    step_options = JudgeOptions  # --judge and its settings, on `evalsuite run` and `evalsuite score`
 
     dataset: str = "xsum"
     data: DataFile = DataFile()  # a local jsonl/csv/parquet file instead of the hub copy

@@ -52,9 +52,9 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
-from evalsuite.contracts import TOKEN_IDS, ModelAdapter, TaskBase, TaskView, TokenIds, offers
+from evalsuite.contracts import TOKEN_IDS, ModelAdapter, TaskBase, TokenIds, offers
 from evalsuite.errors import UserError, unknown
 from evalsuite.params import CountList, PathText
 from evalsuite.registry import register_task
@@ -138,19 +138,13 @@ class IclState:
 
 @register_task
 @dataclass(frozen=True)
-class Icl(TaskBase):
+class Icl(TaskBase, name="icl", presets=PRESETS, view=IclView, group_by=("n_shots", "order", "permutation"),
+          metrics=("correct",), primary_metric="correct",
+          cluster_key="test_index",  # one test question, across shot counts and permutations
+          gating_axes=("n_shots",),  # check gates correct per shot count
+          smoke_plan={"dataset": "trec", "data": "{data}/icl/trec.jsonl", "shots": "1,2", "max_tokens": "1024",
+                      "test_size": "4"}):
     """Many-shot in-context classification: accuracy vs shots, spread over demonstration orders (paper §3.5)."""
-
-    name: ClassVar[str] = "icl"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
-    group_by: ClassVar[tuple[str, ...]] = ("n_shots", "order", "permutation")
-    cluster_key: ClassVar[str | None] = "test_index"  # one test question, across shot counts and permutations
-    metrics: ClassVar[tuple[str, ...]] = ("correct",)
-    gating_axes: ClassVar[tuple[str, ...] | None] = ("n_shots",)  # check gates correct per shot count
-    primary_metric: ClassVar[str | None] = "correct"
-    view: ClassVar[type[TaskView]] = IclView
 
     dataset: str = "trec"  # trec, trec-fine, banking77, clinic150 (ignored when data is set)
     data: PathText = PathText()  # a local jsonl/csv/parquet file instead of a hub dataset (held absolute)

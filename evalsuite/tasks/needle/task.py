@@ -41,7 +41,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from evalsuite.contracts import ModelAdapter, TaskBase
 from evalsuite.registry import register_task
@@ -87,19 +87,15 @@ def question_for(cities: list[str]) -> str:
 
 @register_task
 @dataclass(frozen=True)
-class Needle(TaskBase):
+class Needle(TaskBase, name="needle", presets=PRESETS, view=NeedleView,
+             score_version=2,  # 2: footnote marks, asides, "not X but Y", retractions
+             group_by=("n_needles", "n_queries", "context_length", "depth"),
+             metrics=("correct_all", "correct_mean", "correct_all_substring", "correct_mean_substring"),
+             gating_axes=("context_length", "depth"), primary_metric="correct_all",  # check: correct_all per cell
+             # added after runs were recorded: left out of a run's params at False, which keeps their samples
+             quiet_defaults={"shared_haystack": False},
+             smoke_plan={"lengths": "2000,3000", "depths": "0,1", "needles": "1,3", "queries": "1,2", "samples": "2"}):
     """Multi-needle retrieval: recall magic numbers hidden at a depth in a long haystack (paper §3.4)."""
-
-    name: ClassVar[str] = "needle"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 2  # bump when scoring changes (2: footnote marks, asides, "not X but Y", retractions)
-    presets: ClassVar[dict[str, dict[str, str]]] = PRESETS
-    view: ClassVar[type[NeedleView]] = NeedleView
-    group_by: ClassVar[tuple[str, ...]] = ("n_needles", "n_queries", "context_length", "depth")
-    metrics: ClassVar[tuple[str, ...]] = ("correct_all", "correct_mean", "correct_all_substring",
-                                          "correct_mean_substring")
-    gating_axes: ClassVar[tuple[str, ...] | None] = ("context_length", "depth")  # check: correct_all per cell
-    primary_metric: ClassVar[str | None] = "correct_all"
 
     lengths: tuple[int, ...] = (256, 512, 1024, 2048)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -111,9 +107,7 @@ class Needle(TaskBase):
     tokens_per_query: int = 20
     seed: int = 0
     preset: str = ""
-    shared_haystack: bool = False  # one haystack per sample index across lengths and depths
-    # added after runs were recorded: left out of a run's params at False, which keeps their samples
-    quiet_defaults: ClassVar[dict[str, Any]] = {"shared_haystack": False}
+    shared_haystack: bool = False  # one haystack per sample index across lengths and depths (a quiet default)
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 16:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evalsuite.contracts import TOKEN_NLL, ModelAdapter, TaskBase, TaskView
+from evalsuite.contracts import TOKEN_NLL, ModelAdapter, TaskBase
 from evalsuite.errors import UserError
 from evalsuite.params import PathText
 from evalsuite.registry import register_task
@@ -155,18 +155,12 @@ class NllState:
 
 @register_task
 @dataclass(frozen=True)
-class Nll(TaskBase):
+class Nll(TaskBase, name="nll", view=NllView, group_by=("context_length",), metrics=("nll", "nll_second_half"),
+          primary_metric="nll",  # gated per context length
+          lower_is_better=("nll", "nll_second_half"),
+          cluster_key="document",  # one document's lengths are not independent
+          smoke_plan={"data": "{data}/nll", "lengths": "128", "documents": "2"}):
     """Cumulative average negative log-likelihood by position, one pass per document (paper §3.3)."""
-
-    name: ClassVar[str] = "nll"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    group_by: ClassVar[tuple[str, ...]] = ("context_length",)
-    metrics: ClassVar[tuple[str, ...]] = ("nll", "nll_second_half")
-    primary_metric: ClassVar[str | None] = "nll"  # gated per context length
-    lower_is_better: ClassVar[tuple[str, ...]] = ("nll", "nll_second_half")
-    cluster_key: ClassVar[str] = "document"  # one document's lengths are not independent
-    view: ClassVar[type[TaskView]] = NllView
 
     lengths: tuple[int, ...] = (2048,)
     data: NllData = NllData("builtin")  # builtin | a text file | a folder of .txt files | dataset:NAME[:SPLIT]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from evalsuite.contracts import ModelAdapter, TaskBase
 from evalsuite.errors import UserError
@@ -61,18 +61,12 @@ class NolimaState:
 
 @register_task
 @dataclass(frozen=True)
-class Nolima(TaskBase):
+class Nolima(TaskBase, name="nolima", plan_version=2, score_version=2, view=NolimaView,
+             group_by=("hops", "context_length", "depth"),
+             metrics=("correct", "contains", "mismatch_none", "mismatch_named"), lower_is_better=("mismatch_named",),
+             gating_axes=("hops", "context_length", "depth"), primary_metric="correct",
+             smoke_plan={"lengths": "2000,3000", "depths": "0,1", "samples": "1"}):
     """Non-literal needles: questions that share no word with the needle they ask about (NoLiMa)."""
-
-    name: ClassVar[str] = "nolima"
-    plan_version: ClassVar[int] = 2  # bump when samples or prompts change
-    score_version: ClassVar[int] = 2  # bump when scoring changes
-    view: ClassVar[type[NolimaView]] = NolimaView
-    group_by: ClassVar[tuple[str, ...]] = ("hops", "context_length", "depth")
-    metrics: ClassVar[tuple[str, ...]] = ("correct", "contains", "mismatch_none", "mismatch_named")
-    lower_is_better: ClassVar[tuple[str, ...]] = ("mismatch_named",)
-    gating_axes: ClassVar[tuple[str, ...] | None] = ("hops", "context_length", "depth")
-    primary_metric: ClassVar[str | None] = "correct"
 
     lengths: tuple[int, ...] = (256, 512, 1024, 2048)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)

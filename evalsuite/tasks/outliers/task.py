@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from evalsuite.contracts import ACTIVATION_PROBE, ModelAdapter, TaskBase, TaskView
+from evalsuite.contracts import ACTIVATION_PROBE, ModelAdapter, TaskBase
 from evalsuite.errors import UserError
 from evalsuite.registry import register_task
 from evalsuite.runs.view import RunView
@@ -76,16 +76,10 @@ class OutliersState:
 
 @register_task
 @dataclass(frozen=True)
-class Outliers(TaskBase):
+class Outliers(TaskBase, name="outliers", view=OutliersView, group_by=(),
+               metrics=("attn_top1", "attn_median", "hidden_top1", "hidden_median"), primary_metric="attn_top1",
+               smoke_plan={"tokens": "512", "window": "128", "shard_tokens": "256"}):
     """Activation outliers: top-k and median |x| of attention logits and hidden states (paper §3.7)."""
-
-    name: ClassVar[str] = "outliers"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    group_by: ClassVar[tuple[str, ...]] = ()
-    metrics: ClassVar[tuple[str, ...]] = ("attn_top1", "attn_median", "hidden_top1", "hidden_median")
-    primary_metric: ClassVar[str | None] = "attn_top1"
-    view: ClassVar[type[TaskView]] = OutliersView
 
     tokens: int = 400_000
     window: int = 2048  # tokens per sequence (one forward pass each)

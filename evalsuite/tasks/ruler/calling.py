@@ -6,8 +6,8 @@ RULER modules its task YAML names (every RULER YAML includes niah_single_1.yaml,
 and NLTK come in). Imports can draw from the seeded generators: today NLTK imports scikit-learn, whose
 progress bar imports rich, which takes `getrandbits(24)` for its style ids. The samples depend on
 those draws, so their number is measured once per process, in a fresh interpreter that imports what
-lm-eval has imported when it seeds, seeds, then imports what the RULER modules import (MEASURE); each
-generation draws as many after seeding.
+lm-eval has imported when it seeds, seeds, then imports what the RULER modules import
+(`lmeval_compat.SEED_DRAWS_SCRIPT`); each generation draws as many after seeding.
 """
 
 from __future__ import annotations
@@ -24,29 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from evalsuite.errors import UserError
-
-MEASURE = """
-import json, random
-import numpy as np
-import lm_eval.__main__, lm_eval.evaluator
-random.seed(0)
-np.random.seed(0)
-before = random.getstate(), np.random.get_state()
-import nltk, wonderwords
-import lm_eval.tasks.ruler.common_utils, lm_eval.tasks.ruler.cwe_utils, lm_eval.tasks.ruler.fwe_utils
-import lm_eval.tasks.ruler.qa_utils, lm_eval.tasks.ruler.vt_utils
-python, numpy = random.Random(), np.random.RandomState()
-python.setstate(before[0])
-numpy.set_state(before[1])
-counts = [0, 0]
-while python.getstate()[1] != random.getstate()[1] and counts[0] < 1 << 16:
-    python.getrandbits(32)
-    counts[0] += 1
-while str(numpy.get_state()) != str(np.random.get_state()) and counts[1] < 1 << 16:
-    numpy.bytes(4)
-    counts[1] += 1
-print(json.dumps(counts))
-"""
+from evalsuite.modeling import lmeval_compat
 
 
 @contextlib.contextmanager
@@ -88,8 +66,9 @@ def quiet() -> Iterator[None]:
 
 @functools.cache
 def draws_after_seed() -> tuple[int, int]:
-    """(Python's, numpy's) 32-bit draws between lm-eval's seeding and its RULER generator (MEASURE)."""
-    done = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True, timeout=600)
+    """(Python's, numpy's) 32-bit draws between lm-eval's seeding and its RULER generator, measured in
+    a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", lmeval_compat.SEED_DRAWS_SCRIPT], capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["no output"]
         raise UserError(f"could not measure lm-eval's draws after seeding: {lines[-1]}")

@@ -1,4 +1,6 @@
-"""The one place that calls lm-evaluation-harness's RULER code (lm_eval/tasks/ruler/).
+"""The one place that calls lm-evaluation-harness's RULER code (lm_eval/tasks/ruler/), reached through
+the seam for lm-eval's internals (modeling/lmeval_compat.py); stored.py calls it only where the
+generated-data cache holds no samples yet.
 
 A sub-task is one of lm-eval's YAML files there. Its `custom_dataset` function makes the samples,
 called as lm-eval calls it when it builds that one task in a fresh process: with `max_seq_lengths`,
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError, first_line
+from evalsuite.modeling import lmeval_compat
 
 from .calling import quiet, replaced, seeded
 from .stand_ins import LocalData, Tokenizer, essay_haystack, punkt, qa_documents, refuse_unfit_vt
@@ -33,7 +36,7 @@ from .stand_ins import LocalData, Tokenizer, essay_haystack, punkt, qa_documents
 class Setting:
     """What lm-eval's YAML says of a sub-task beyond its samples."""
 
-    module: str  # lm_eval.tasks.ruler.niah_utils
+    module: str  # niah_utils: the RULER module holding it
     function: str  # niah_single_1: its custom_dataset function
     max_new_tokens: int  # generation_kwargs.max_gen_toks
     delimiter: str  # target_delimiter: between the input and gen_prefix in a plain prompt
@@ -42,15 +45,12 @@ class Setting:
 
 def setting(name: str) -> Setting:
     """The sub-task's YAML as lm-eval reads it (its `include` followed, its functions not imported)."""
-    try:
-        import lm_eval.tasks
-        from lm_eval.tasks._yaml_loader import load_yaml
-    except ImportError:
-        raise UserError("the ruler task runs lm-eval's RULER code: pip install 'evalsuite[lmeval]'") from None
-    config = load_yaml(Path(lm_eval.tasks.__file__).parent / "ruler" / f"{name}.yaml", resolve_func=False)
+    if not lmeval_compat.installed():
+        raise UserError("the ruler task runs lm-eval's RULER code: pip install 'evalsuite[lmeval]'")
+    config = lmeval_compat.ruler_yaml(name)
     module, _, function = Path(str(config["custom_dataset"])).name.partition(".")
     generation = config.get("generation_kwargs", {})
-    return Setting(module=f"lm_eval.tasks.ruler.{module}", function=function,
+    return Setting(module=module, function=function,
                    max_new_tokens=int(generation.get("max_gen_toks", 256)),
                    delimiter=str(config.get("target_delimiter", " ")), rule=Path(str(config["process_results"])).name)
 
@@ -58,11 +58,9 @@ def setting(name: str) -> Setting:
 def prompt(model: Any, text: str, gen_prefix: str, delimiter: str) -> str:
     """lm-eval's prompt: the input as the user's turn and gen_prefix starting the answer; without a
     chat template, the YAML's delimiter between them where neither side has a space at the join."""
-    from lm_eval.api.utils import requires_delimiter
-
     if model.chat_template:
         return str(model.format_user_turn(text, gen_prefix))
-    joint = delimiter if requires_delimiter(text, gen_prefix) else ""
+    joint = delimiter if lmeval_compat.requires_delimiter(text, gen_prefix) else ""
     return str(model.format_user_turn(text + joint, gen_prefix))
 
 
@@ -71,7 +69,7 @@ def generate(name: str, found: Setting, lengths: Sequence[int], seeds: tuple[int
     """lm-eval's samples of sub-task `name` (its YAML's `found` settings) at `lengths` (in that order,
     as one lm-eval command makes them), sized by `count`."""
     punkt(split_sentences)
-    module = importlib.import_module(found.module)
+    module = lmeval_compat.ruler_module(found.module)
     if isinstance(getattr(module, "RNG", None), random.Random):  # cwe's word shuffler, drawn from at each sample:
         module = importlib.reload(module)  # as a fresh lm-eval process has it
     names: dict[str, Any] = {"get_tokenizer": lambda *args, **kwargs: Tokenizer(count)}

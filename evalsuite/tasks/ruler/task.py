@@ -13,13 +13,15 @@ are generated in the order given, as lm-eval does: `lengths=1024,2048` and `leng
 Choices made here: `samples` keeps the first N of each length (lm-eval makes 500); needle sub-tasks get
 a measured `depth` (samples.py); what lm-eval downloads is read from local files (data.py); scores are
 the task kit's string matches: lm-eval's per-sample score and whether all / any references were found.
+lm-eval's documents are made once for a tokenizer's content, the data and the seeds, and read back
+by every later run (stored.py; EVALSUITE_CACHE names the folder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from evalsuite.contracts import ModelAdapter, TaskBase
 from evalsuite.errors import UserError, unknown
@@ -28,7 +30,7 @@ from evalsuite.registry import register_task
 from evalsuite.tasks.kit.strings import all_references, any_reference, string_match_all, string_match_part
 from evalsuite.types import GenerationRequest, Sample
 
-from . import generator
+from . import generator, stored
 from .data import ESSAY_SUBTASKS, QA_OPTION, local_data, option_for, require
 from .samples import samples_of
 from .view import RulerView
@@ -48,19 +50,11 @@ class RulerState:
 
 @register_task
 @dataclass(frozen=True)
-class Ruler(TaskBase):
+class Ruler(TaskBase, name="ruler", view=RulerView, group_by=("subtask", "context_length", "depth"),
+            metrics=("score", "all_found", "any_found"), gating_axes=("subtask", "context_length", "depth"),
+            primary_metric="score", smoke_plan={"lengths": "512", "samples": "2"},
+            presets={"lmeval": {"subtasks": ",".join(SUBTASKS), "lengths": "4096", "samples": str(PER_LENGTH)}}):
     """RULER's sub-tasks with lm-eval's own samples and scores, at a set of context lengths."""
-
-    name: ClassVar[str] = "ruler"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    view: ClassVar[type[RulerView]] = RulerView
-    group_by: ClassVar[tuple[str, ...]] = ("subtask", "context_length", "depth")
-    metrics: ClassVar[tuple[str, ...]] = ("score", "all_found", "any_found")
-    gating_axes: ClassVar[tuple[str, ...] | None] = ("subtask", "context_length", "depth")
-    primary_metric: ClassVar[str | None] = "score"
-    presets: ClassVar[dict[str, dict[str, str]]] = {
-        "lmeval": {"subtasks": ",".join(SUBTASKS), "lengths": "4096", "samples": str(PER_LENGTH)}}
 
     subtasks: tuple[str, ...] = ("niah_single_1",)
     lengths: tuple[int, ...] = (4096,)  # lm-eval's default max_seq_lengths
@@ -90,12 +84,12 @@ class Ruler(TaskBase):
         if max(self.lengths) > model.max_context:
             raise UserError(f"length {max(self.lengths)} exceeds {model.name}'s maximum context of "
                             f"{model.max_context} tokens (-M max_context=N overrides)")
-        settings = {s: generator.setting(s) for s in self.subtasks}
+        settings: dict[str, generator.Setting] = {}
         made: list[Sample] = []
-        for subtask in self.subtasks:
-            docs = generator.generate(subtask, settings[subtask], self.lengths, (self.seed, self.numpy_seed),
-                                      model.count_tokens, local_data(option_for(subtask), sources[subtask]),
-                                      split_sentences=subtask in ESSAY_SUBTASKS)
+        for subtask in self.subtasks:  # lm-eval's documents made once per tokenizer and data (stored.py)
+            settings[subtask], docs = stored.made(
+                subtask, self.lengths, (self.seed, self.numpy_seed), model,
+                local_data(option_for(subtask), sources[subtask]), subtask in ESSAY_SUBTASKS, self.plan_version)
             made += samples_of(docs, subtask, self.lengths, self.samples, self.seed, self.depth_bins,
                                part=settings[subtask].rule.endswith("_part"))
         return RulerState(tuple(made), settings)

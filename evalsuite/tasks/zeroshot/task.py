@@ -44,11 +44,12 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from evalsuite.backends.hf.quant import FULL_BITS, check_bits
-from evalsuite.contracts import ATTENTION_QUANTIZATION, ModelAdapter, TaskBase, TaskView
+from evalsuite.contracts import ATTENTION_QUANTIZATION, ModelAdapter, TaskBase
 from evalsuite.errors import UserError, first_line, unknown
+from evalsuite.modeling import lmeval_compat
 from evalsuite.params import PathText
 from evalsuite.registry import register_task
 from evalsuite.types import LoglikelihoodRequest, Sample
@@ -61,20 +62,14 @@ TASK_FOLDERS = {"arc_challenge": "arc", "arc_easy": "arc", "boolq": "super_glue/
 
 
 def lm_eval_available() -> None:
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        raise UserError("the zeroshot task needs lm-evaluation-harness: pip install 'evalsuite[lmeval]'") from None
+    if not lmeval_compat.installed():
+        raise UserError("the zeroshot task needs lm-evaluation-harness: pip install 'evalsuite[lmeval]'")
 
 
 def task_manager(benchmarks: tuple[str, ...]) -> Any:
-    import lm_eval.tasks
-    from lm_eval.tasks import TaskManager
-
     if not set(benchmarks) <= set(TASK_FOLDERS):
-        return TaskManager()  # a benchmark beyond the paper's: the whole catalogue
-    root = Path(lm_eval.tasks.__file__).parent
-    return TaskManager(include_defaults=False, include_path=[str(root / TASK_FOLDERS[b]) for b in benchmarks])
+        return lmeval_compat.task_manager()  # a benchmark beyond the paper's: the whole catalogue
+    return lmeval_compat.task_manager([TASK_FOLDERS[b] for b in benchmarks])
 
 
 def local_data_overrides(name: str, config: dict[str, Any], data_dir: str, fewshot: int) -> dict[str, Any]:
@@ -101,7 +96,6 @@ def local_data_overrides(name: str, config: dict[str, Any], data_dir: str, fewsh
 def load_benchmark(name: str, manager: Any, data_dir: str, fewshot: int, seed: int) -> Any:
     """lm-eval's task object for `name`, on local files when `data_dir` is set."""
     import datasets
-    from lm_eval.api.task import Task
 
     datasets.disable_progress_bars()  # evalsuite's own progress bar is the one that matters
     if name not in manager.all_subtasks:
@@ -110,22 +104,14 @@ def load_benchmark(name: str, manager: Any, data_dir: str, fewshot: int, seed: i
     # a group entry is lm-eval's way to apply overrides to a registered task definition
     spec = {"group": f"evalsuite_{name}", "task": [{"task": name, **overrides}]}
     try:
-        loaded = _load_tasks(manager, spec)
+        loaded = lmeval_compat.load_tasks(manager, spec)
     except Exception as exc:  # datasets and lm-eval raise many types for a missing or malformed dataset
         hint = "" if data_dir else " (offline? use -T data_dir=DIR with local jsonl files)"
         raise UserError(f"cannot load lm-eval benchmark {name}: {first_line(exc)}{hint}") from None
-    task = next(t for t in _leaves(loaded) if isinstance(t, Task))
+    task = next(t for t in _leaves(loaded) if isinstance(t, lmeval_compat.task_class()))
     task.set_config(key="num_fewshot", value=fewshot)
     task.set_fewshot_seed(seed=seed)
     return task
-
-
-def _load_tasks(manager: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    if hasattr(manager, "load"):  # lm-eval >= 0.4.10: flat dicts of tasks and groups
-        return manager.load([spec])["tasks"]
-    from lm_eval.tasks import get_task_dict
-
-    return get_task_dict([spec], manager)
 
 
 def _leaves(tree: Any) -> Iterator[Any]:
@@ -167,7 +153,7 @@ def lm_eval_scores(benchmark: Benchmark, doc_id: int, results: list[tuple[float,
     """lm-eval's filters and process_results for one document: its metrics, as lm-eval computes them."""
     instances = [dataclasses.replace(inst, resps=[result], filtered_resps={})
                  for inst, result in zip(benchmark.instances[doc_id], results)]
-    ensembles = getattr(benchmark.task, "_filters", None) or []  # lm-eval keeps a task's filters here
+    ensembles = lmeval_compat.task_filters(benchmark.task)
     for ensemble in ensembles:
         ensemble.apply(instances)
     keys = [e.name for e in ensembles] or ["none"]
@@ -188,18 +174,12 @@ class ZeroShotState:
 
 @register_task
 @dataclass(frozen=True)
-class ZeroShot(TaskBase):
+class ZeroShot(TaskBase, name="zeroshot", view=ZeroShotView, group_by=("benchmark", "bits"),
+               metrics=("score", "acc", "acc_norm"), primary_metric="acc",
+               gating_axes=("bits",),  # check gates acc per attention bit width
+               cluster_key="document",  # one document, across attention bit widths
+               smoke_plan={"benchmarks": "hellaswag", "data_dir": "{data}/zeroshot", "limit": "2", "bits": "16,8"}):
     """Zero-shot benchmarks (ARC, BoolQ, HellaSwag, OBQA, PIQA, WinoGrande) via lm-eval; attention-bits sweep."""
-
-    name: ClassVar[str] = "zeroshot"
-    plan_version: ClassVar[int] = 1  # bump when samples or prompts change (contracts.TaskBase)
-    score_version: ClassVar[int] = 1  # bump when scoring changes
-    group_by: ClassVar[tuple[str, ...]] = ("benchmark", "bits")
-    metrics: ClassVar[tuple[str, ...]] = ("score", "acc", "acc_norm")
-    gating_axes: ClassVar[tuple[str, ...] | None] = ("bits",)  # check gates acc per attention bit width
-    primary_metric: ClassVar[str | None] = "acc"
-    cluster_key: ClassVar[str | None] = "document"  # one document, across attention bit widths
-    view: ClassVar[type[TaskView]] = ZeroShotView
 
     benchmarks: tuple[str, ...] = PAPER_BENCHMARKS
     fewshot: int = 0
@@ -270,19 +250,17 @@ class ZeroShot(TaskBase):
 
     def requests(self, sample: Sample, model: ModelAdapter, state: ZeroShotState
                  ) -> tuple[list[LoglikelihoodRequest], dict[str, Any]]:
-        from lm_eval.utils import handle_non_serializable, hash_string
-
         from evalsuite.tasks.lmeval_requests import loglikelihood_request
 
         benchmark = state.benchmarks[sample.axes["benchmark"]]
         doc_id = sample.data["doc_id"]
         instances = benchmark.instances[doc_id]
-        doc_json = json.dumps(benchmark.docs[doc_id], indent=2, default=handle_non_serializable, ensure_ascii=False)
+        doc_json = json.dumps(benchmark.docs[doc_id], indent=2, default=lmeval_compat.json_default, ensure_ascii=False)
         info = {  # the identifying fields of lm-eval's own per-sample log
             "doc_id": doc_id,
-            "doc_hash": hash_string(doc_json),
-            "prompt_hash": hash_string(instances[0].arguments[0]),
-            "target_hash": hash_string(sample.target[0]),
+            "doc_hash": lmeval_compat.hash_text(doc_json),
+            "prompt_hash": lmeval_compat.hash_text(instances[0].arguments[0]),
+            "target_hash": lmeval_compat.hash_text(sample.target[0]),
             "continuations": [inst.arguments[1] for inst in instances],
         }
         return [loglikelihood_request(*inst.arguments) for inst in instances], info

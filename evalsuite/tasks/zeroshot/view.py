@@ -49,15 +49,11 @@ class ZeroShotView(TaskView):
 
 def lm_eval_aggregate(metric: str, values: list[float]) -> tuple[float, float | None]:
     """lm-eval's aggregation of a metric and its standard error (None for a single value)."""
-    from lm_eval.api.metrics import mean, stderr_for_metric
-    from lm_eval.api.registry import get_metric_aggregation
+    from evalsuite.modeling import lmeval_compat
 
     name = metric.split(",")[0]
-    try:
-        aggregate = get_metric_aggregation("acc" if name == "score" else name) or mean  # score is acc or acc_norm
-    except (KeyError, ValueError):
-        aggregate = mean
-    stderr = stderr_for_metric(metric=aggregate, bootstrap_iters=BOOTSTRAP_ITERS)
+    aggregate = lmeval_compat.metric_aggregation("acc" if name == "score" else name)  # score is acc or acc_norm
+    stderr = lmeval_compat.stderr_function(aggregate, BOOTSTRAP_ITERS)
     return float(aggregate(values)), (float(stderr(values)) if stderr and len(values) > 1 else None)
 
 

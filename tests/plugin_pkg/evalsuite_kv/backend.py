@@ -13,7 +13,6 @@ MODES = ("perfect", "forgetful")
 
 
 class LookupModel:
-    capabilities: frozenset[str] = frozenset()
     max_context = 1 << 16
     chat_template = False
 
