@@ -103,11 +103,7 @@ class DiffLlamaV2Attention(nn.Module):
                 attention_mask: torch.Tensor | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         kv_cache = compat.passed_cache(kwargs)
-        batch, time = hidden_states.shape[:2]
-        shape = (batch, time, -1, self.head_dim)
-        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        query, key, value = llama_stack.project_heads(self, hidden_states)
         assert position_embeddings is not None, "the model passes rotary embeddings to every layer"
         cos, sin = position_embeddings
         query, key = apply_rotary(query, key, cos, sin, self.config.rope_interleaved)

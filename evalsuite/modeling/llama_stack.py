@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -38,6 +39,14 @@ def build_causal_lm(model: Any, config: Any, body_class: type[nn.Module]) -> Non
     model.vocab_size = config.vocab_size
     model.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
     model.post_init()
+
+
+def project_heads(attention: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, key and value of an attention module with Llama's `q_proj`, `k_proj`, `v_proj` and
+    `head_dim`, each as (batch, heads, time, head_dim): how many heads each has is its projection's."""
+    shape = (*hidden_states.shape[:2], -1, attention.head_dim)
+    return tuple(projection(hidden_states).view(shape).transpose(1, 2)
+                 for projection in (attention.q_proj, attention.k_proj, attention.v_proj))
 
 
 def register_auto(config_class: type, model_class: type) -> None:

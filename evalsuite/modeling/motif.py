@@ -175,11 +175,7 @@ class MotifAttention(nn.Module):
                 attention_mask: torch.Tensor | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         kv_cache = compat.passed_cache(kwargs)
-        batch, time = hidden_states.shape[:2]
-        shape = (batch, time, -1, self.head_dim)
-        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        query, key, value = llama_stack.project_heads(self, hidden_states)
         assert position_embeddings is not None, "the model passes rotary embeddings to every layer"
         query, key = _llama.apply_rotary_pos_emb(query, key, *position_embeddings)
         if kv_cache is not None:
@@ -187,7 +183,7 @@ class MotifAttention(nn.Module):
         output, weights = wide_attention.attend_wide(
             self, self.component_queries(query), self.component_keys(key), self.wide_values(value),
             attention_mask, self.scaling, eager_attention_forward, **kwargs)
-        return self.o_proj(self.combine(output, query.dtype).reshape(batch, time, -1)), weights
+        return self.o_proj(self.combine(output, query.dtype).reshape(*hidden_states.shape[:2], -1)), weights
 
     def component_queries(self, query: torch.Tensor) -> torch.Tensor:
         """(B, groups·(ratio+1), T, d) -> (B, 2S, T, d): the S signal heads, then the noise head of each."""
