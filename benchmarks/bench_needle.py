@@ -6,6 +6,7 @@ and peak memory of one needle prompt as the length grows.
     python benchmarks/bench_needle.py --memory-lengths 2048,4096,8192,16384
     python benchmarks/bench_needle.py --whole-run --repeats 3     # SmolLM2, 1K, 30 samples: the run over its floor
     python benchmarks/bench_needle.py --whole-run --tree /a/checkout --tree /b/checkout  # two trees, same repeats
+    python benchmarks/bench_needle.py --whole-run --breakdown     # then each tree once more, its parts timed
 
 Speed: both paths see exactly the same prompts (built by the needle task with the
 model's tokenizer); the baseline calls `model.generate(max_new_tokens=..., do_sample=False)`
@@ -28,7 +29,9 @@ whole run and a floor pass alternate in every repeat; medians of the runs, each 
 (`--tree`, run with PYTHONPATH set to it) over the same floor, and whether every tree wrote the
 same records, byte for byte. The children run with their bytecode cached in `--work` (a warm-up
 run, not counted, writes it), as an installed package runs, even where PYTHONDONTWRITEBYTECODE is
-set.
+set. `--breakdown` then runs each tree once more in a child that wraps evalsuite's functions from
+outside (loading the model, the prefill passes, the decode steps, the summary and heatmap) and
+reports their seconds, and the rest of the command's.
 """
 
 from __future__ import annotations
@@ -167,6 +170,53 @@ def timed_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
+# The whole command again, in a child that times its parts: evalsuite's functions wrapped by name
+# from outside (nothing in the package measures itself), the rest being start-up, prompt building,
+# scoring and writing.
+BREAKDOWN_CHILD = r"""
+import json, os, sys, time
+began = time.perf_counter()
+spent = {}
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+    setattr(owner, name, wrapper)
+from evalsuite import cli, backends
+from evalsuite.backends.hf import continuous
+from evalsuite.engine import runner
+timed(backends, "load_model", "loading the model (imports included)")
+timed(continuous.ContinuousGenerator, "_prefill_run", "prefill passes")
+timed(continuous.ContinuousGenerator, "_step", "decode steps")
+timed(runner, "finish", "summary and heatmap")
+sys.argv[0] = "evalsuite"
+try:
+    cli.main()
+finally:
+    whole = time.perf_counter() - began
+    spent["the rest"] = whole - sum(spent.values())
+    spent["whole command"] = whole
+    with open(os.environ["BENCH_BREAKDOWN"], "w") as out:
+        json.dump(spent, out)
+"""
+
+
+def breakdown(folder: Path, args, tree: str, env: dict[str, str], scratch: Path) -> dict[str, float]:
+    """Seconds of each part of one whole command run from `tree`."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    target = scratch / "parts.json"
+    command = [sys.executable, "-c", BREAKDOWN_CHILD, *run_command(folder, args, scratch)[3:]]
+    result = subprocess.run(command, env={**env, "PYTHONPATH": tree, "BENCH_BREAKDOWN": str(target)},
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the timed run failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return {name: round(seconds, 2) for name, seconds in json.loads(target.read_text()).items()}
+
+
 def grid_rows(folder: Path, args) -> tuple[object, list[list[int]]]:
     """The loaded model and the token ids of the grid's prompts, as the run feeds them."""
     model = load_model(str(folder), {"chat_template": "true", "dtype": "float32"}, device="cpu")
@@ -214,6 +264,8 @@ def whole_run(args) -> dict:
                 floors.append(floor_pass(model, rows))
             print(f"repeat {repeat + 1}: " + ", ".join(f"{n} {times[n][-1][0]:.1f} s" for n in trees)
                   + f"; floor {min(floors):.1f} s", file=sys.stderr, flush=True)
+        parts = {name: breakdown(folder, args, tree, env, scratch / f"parts-{k}")
+                 for k, (name, tree) in enumerate(trees.items())} if args.breakdown else {}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     floor = min(floors)
@@ -224,6 +276,8 @@ def whole_run(args) -> dict:
         wall = statistics.median(t[0] for t in times[name])
         result[name] = {"wall_s": round(wall, 1), "cpu_s": round(statistics.median(t[1] for t in times[name]), 1),
                         "walls_s": [round(t[0], 1) for t in times[name]], "over_floor": round(wall / floor, 3)}
+    for name, seconds in parts.items():
+        result[name]["parts_s"] = seconds
     result["records_identical"] = len(set(records.values())) == 1
     return result
 
@@ -248,6 +302,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024, help="--whole-run: the prompts' length")
     parser.add_argument("--grid-samples", type=int, default=30, help="--whole-run: samples, a multiple of 5")
     parser.add_argument("--repeats", type=int, default=3, help="--whole-run: runs of each tree, with a floor pass each")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="--whole-run: then one more run of each tree, timing its parts")
     parser.add_argument("--tree", action="append", default=[],
                         help="--whole-run: a source tree to run the command from (PYTHONPATH), once per tree; "
                              "default: this one")

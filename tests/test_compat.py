@@ -98,6 +98,36 @@ def test_caches_made_from_tensors_keep_them_and_take_views():
     assert made.get_seq_length() == 5
 
 
+@pytest.mark.parametrize("kind", ["base", "diff", "v2"])
+def test_a_growing_cache_decodes_to_the_same_bits_without_copying_each_step(kind):
+    """Decode steps over a growing cache give the logits a plain dynamic cache gives, bit for bit,
+    past its room (a new buffer) and after rows are cut out (set from outside); between those, a
+    step writes into the buffer it had (the keys stay views of one storage)."""
+    model = tiny(kind)
+    ids = torch.arange(3, 3 + 3 * 7).reshape(3, 7)
+    steps = 10 + compat.ROOM_COLUMNS + 6  # the cut at step 10 makes new buffers with room from there
+    with torch.inference_mode():
+        prefill = model(input_ids=ids, use_cache=True)
+        plain = compat.new_cache(compat.cache_tensors(compat.returned_cache(prefill)))
+        growing = compat.growing_cache(compat.cache_tensors(compat.returned_cache(prefill)))
+        assert compat.is_plain_cache(growing)
+        token = prefill.logits[:, -1:].argmax(-1)
+        storages = []
+        for step in range(steps):
+            if step == 10:  # the second row finishes: cut out of both caches
+                for made in (plain, growing):
+                    compat.set_cache_tensors(made, [(k[[0, 2]], v[[0, 2]]) for k, v in compat.cache_tensors(made)])
+                token = token[[0, 2]]
+            want = model(input_ids=token, use_cache=True, **compat.cache_argument(plain)).logits
+            got = model(input_ids=token, use_cache=True, **compat.cache_argument(growing)).logits
+            assert torch.equal(got, want)
+            storages.append(compat.cache_tensors(growing)[0][0])  # held: no storage is freed and reused
+            token = want[:, -1:].argmax(-1)
+    assert growing.get_seq_length() == plain.get_seq_length() == 7 + steps
+    # new buffers at the first step, the step after the cut and the step past the room only
+    assert len({keys.untyped_storage().data_ptr() for keys in storages}) == 3
+
+
 def test_a_static_cache_holds_a_prefill_and_continues_after_it():
     model = tiny("base")
     with torch.inference_mode():

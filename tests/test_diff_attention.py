@@ -56,6 +56,69 @@ def test_one_pass_logits_equal_transformers_diffllama(implementation):
     assert logits(model, "transformers").equal(want)  # and back
 
 
+@pytest.mark.parametrize("implementation, rows", [("sdpa", "both"), ("sdpa", "first"), ("sdpa", "second"),
+                                                 ("eager", "both")])
+def test_the_in_place_path_gives_the_plain_operations_bits(implementation, rows):
+    """Without autograd SDPA's zero-widened query and key are written in place, a single row runs
+    its two halves as two rows of one call, and the DIFF combination runs in place; with autograd
+    the module runs plain operations (`apply_rotary_pos_emb`, `F.pad`, `wide_value`): the logits
+    are the same bits, and equal transformers' DiffLlama."""
+    model = random_diffllama(implementation)
+    ids, mask = inputs()
+    picked = {"both": slice(None), "first": slice(0, 1), "second": slice(1, 2)}[rows]
+    batch = {"input_ids": ids[picked], "attention_mask": mask[picked] if rows == "second" else None}
+    diff_attention.install(model, "transformers")
+    with torch.no_grad():
+        want = model(**batch).logits
+    diff_attention.install(model, "one_pass")
+    with torch.no_grad():
+        in_place = model(**batch).logits
+    plain = model(**batch).logits.detach()
+    assert torch.equal(in_place, plain)
+    columns = slice(7, None) if rows == "second" else slice(None)  # past the padding
+    torch.testing.assert_close(in_place[:, columns], want[:, columns], rtol=0, atol=1e-5)
+
+
+def test_a_single_row_under_sdpa_attends_as_two_rows_reading_one_value(monkeypatch):
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(query, key, value, *args, **kwargs):
+        calls.append((query.shape, value.shape, value.stride(0)))
+        return sdpa(query, key, value, *args, **kwargs)
+
+    model = random_diffllama("sdpa")
+    diff_attention.install(model, "one_pass")
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    with torch.no_grad():
+        model(input_ids=inputs()[0][:1])
+    assert calls == [((2, 4, 40, 16), (2, 2, 40, 16), 0)] * 3  # 8 heads of 8 widened to 16, 4 key heads; 3 layers
+
+
+def test_rotary_written_into_a_zero_widened_buffer_is_transformers_then_pad():
+    from transformers.models.diffllama.modeling_diffllama import apply_rotary_pos_emb
+
+    generator = torch.Generator().manual_seed(0)
+    states = torch.randn(2, 8, 4, 16, generator=generator).transpose(1, 2)  # (B, H, T, d) over (B, T, H, d)
+    cos, sin = (torch.randn(2, 8, 16, generator=generator) for _ in range(2))  # (B, T, d)
+    wide = diff_attention.zero_widened(states)
+    diff_attention.rotary(states, cos, sin, out=wide[..., :16])
+    want = torch.nn.functional.pad(apply_rotary_pos_emb(states, states, cos, sin)[0], (0, 16))
+    assert wide.is_contiguous() and torch.equal(wide, want)
+
+
+def test_halves_as_rows_share_one_value_without_copying_it():
+    query, key = torch.rand(1, 8, 6, 4), torch.rand(1, 4, 6, 4)  # two query heads per key head
+    value = diff_attention.paired_value(torch.rand(1, 4, 6, 2))
+    rows = diff_attention.halves_as_rows(query, key, value)
+    assert [t.shape for t in rows] == [(2, 4, 6, 4), (2, 2, 6, 4), (2, 2, 6, 4)]
+    assert torch.equal(rows[0][1], query[0, 4:]) and torch.equal(rows[1][1], key[0, 2:])
+    assert rows[2].stride(0) == 0 and rows[2].data_ptr() == value.data_ptr()
+    one_row = torch.nn.functional.scaled_dot_product_attention(query, key, value.repeat(1, 2, 1, 1), enable_gqa=True)
+    two_rows = torch.nn.functional.scaled_dot_product_attention(*rows, enable_gqa=True)
+    torch.testing.assert_close(two_rows.flatten(0, 1), one_row[0], rtol=0, atol=1e-6)
+
+
 def test_the_wide_value_through_torch_sdpa_equals_transformers(monkeypatch):
     """Where SDPA runs the wide value as it is (its math kernel on a CPU, which is why a CPU
     widens query and key instead)."""
@@ -67,14 +130,16 @@ def test_the_wide_value_through_torch_sdpa_equals_transformers(monkeypatch):
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-def test_cached_greedy_decoding_is_unchanged(implementation):
+@pytest.mark.parametrize("row", [0, 1])  # row 1 is left-padded: a mask at every decode step
+def test_cached_greedy_decoding_is_unchanged(implementation, row):
     model = random_diffllama(implementation)
-    ids, _ = inputs()
+    ids, mask = inputs()
     outputs = {}
     for mode in ("transformers", "one_pass"):
         diff_attention.install(model, mode)
         with torch.inference_mode():
-            outputs[mode] = model.generate(ids[:1], max_new_tokens=8, do_sample=False, pad_token_id=0)
+            outputs[mode] = model.generate(ids[row:row + 1], attention_mask=mask[row:row + 1], max_new_tokens=8,
+                                           do_sample=False, pad_token_id=0)
     assert outputs["one_pass"].equal(outputs["transformers"])
 
 

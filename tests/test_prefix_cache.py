@@ -142,6 +142,10 @@ def test_shared_beginnings_are_found_and_rows_keep_the_tokens_they_need():
     assert plan.anchors == [trunk + [1, 2]]  # row 2's beginning is the start of that anchor
     assert plan.anchor_of[:4] == [0, 0, 0, -1]
     assert plan_sharing(rows, [1] * 5, min_tokens=16, budget=10).any is False  # anchors over the budget
+    # a beginning under a fifth of its row is dropped: running the row past it would cost more
+    long_rows = [trunk[:19] + [k] * 81 for k in (1, 2)]  # 19 of 100 tokens in common
+    assert plan_sharing(long_rows, [1, 1], min_tokens=16, budget=10_000).shared == [0, 0]
+    assert plan_sharing([r[:95] for r in long_rows], [1, 1], min_tokens=16, budget=10_000).shared == [19, 19]
 
 
 @pytest.mark.parametrize("kind", ["base", "diff"])
@@ -224,7 +228,8 @@ def test_five_choice_zero_shot_prefills_each_context_once(tiny_models, tmp_path)
 @pytest.mark.slow
 def test_needle_quickstart_records_are_byte_identical_without_prefix_cache(tmp_path):
     """The quickstart's needle run (depths 0 to 1) on toy-diff: the instruction every prompt
-    starts with is prefilled once per call; the records are the same bytes either way."""
+    starts with is under a fifth of each prompt, so sharing it would cost more than it saves and
+    every row runs whole; the records are the same bytes either way."""
     from evalsuite.backends import load_model
     from evalsuite.engine.runner import RunOptions, make_task, run_task
 
@@ -235,4 +240,4 @@ def test_needle_quickstart_records_are_byte_identical_without_prefix_cache(tmp_p
         run = run_task(make_task("needle", task), model, RunOptions(out=tmp_path / str(cache), progress=False))
         records[cache], prefilled[cache] = run.samples_path.read_bytes(), model.prefilled_tokens
     assert records[True] == records[False] and len(records[True].splitlines()) == 40
-    assert prefilled[True] < prefilled[False]
+    assert prefilled[True] == prefilled[False]

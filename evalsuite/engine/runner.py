@@ -378,11 +378,12 @@ def for_each_model(specs: Sequence[str], model_options: Mapping[str, str], devic
     world = world_from_env()
     init(world)
     results = []
-    for spec in specs:
+    for k, spec in enumerate(specs):
         model = load_model(spec, model_options, device=device_for(world, device), batch_size=batch_size)
         results.append(work(spec, model))
         del model
-        gc.collect()
+        if k + 1 < len(specs):  # the next model loads into the memory this one held
+            gc.collect()
     return results
 
 

@@ -107,6 +107,83 @@ def new_cache(pairs: Iterable[tuple[Any, Any]]) -> Any:
     return DynamicCache(ddp_cache_data=[(keys, values) for keys, values in pairs])
 
 
+# columns of room a growing cache's buffers keep past their filled part (see growing_cache)
+ROOM_COLUMNS = 32
+
+
+def growing_cache(pairs: Iterable[tuple[Any, Any]]) -> Any:
+    """A dynamic cache holding these (keys, values) per layer, as they are (no copy), whose
+    updates write into room kept past the filled columns instead of concatenating: a plain
+    dynamic cache copies every layer's whole cache at every decode step (for 8 rows of 1K tokens
+    through SmolLM2-135M, 380 MB a step, a fifth of the step's time on a CPU). The values, and so
+    every score computed from them, are the same."""
+    from transformers import DynamicCache
+
+    made = DynamicCache()
+    layer_class = _growing_layer()
+    made.layers = [layer_class.holding(keys, values) for keys, values in pairs]
+    return made
+
+
+def fill_growing_cache(kv_cache: Any, buffers: Sequence[tuple[Any, Any]], filled: int) -> None:
+    """Each layer's keys and values: the first `filled` columns of these (keys, values) buffers,
+    whose later columns its next updates write into (a cache from `growing_cache`)."""
+    for layer, pair in zip(kv_cache.layers, buffers, strict=True):
+        layer.adopt(pair, filled)
+
+
+@cache
+def _growing_layer() -> Any:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A dynamic layer whose keys and values are the filled part of buffers with room past
+        it. Keys set from outside (rows cut out, rows stacked on) move into new buffers at the
+        next update: one copy, as a concatenation makes."""
+
+        buffers: tuple[Any, Any] | None = None
+
+        @classmethod
+        def holding(cls, keys: Any, values: Any) -> Any:
+            layer = cls()
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
+            return layer
+
+        def adopt(self, buffers: tuple[Any, Any], filled: int) -> None:
+            self.buffers = buffers
+            self.keys, self.values = (buffer[:, :, :filled] for buffer in buffers)
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized or self.keys.dim() != 4:
+                return super().update(key_states, value_states, *args, **kwargs)
+            filled, added = self.keys.shape[2], key_states.shape[2]
+            if not self._fits(filled + added):
+                self.adopt(tuple(_with_room(t, filled + added + ROOM_COLUMNS) for t in (self.keys, self.values)),
+                           filled)
+            assert self.buffers is not None
+            for buffer, new in zip(self.buffers, (key_states, value_states)):
+                buffer[:, :, filled : filled + added].copy_(new)
+            self.keys, self.values = (buffer[:, :, : filled + added] for buffer in self.buffers)
+            return self.keys, self.values
+
+        def _fits(self, columns: int) -> bool:
+            """Whether the keys and values are still the start of the buffers, with room for `columns`."""
+            if self.buffers is None:
+                return False
+            return all(t.data_ptr() == b.data_ptr() and t.shape[:2] == b.shape[:2] and t.stride() == b.stride()
+                       and columns <= b.shape[2] for t, b in zip((self.keys, self.values), self.buffers))
+
+    return GrowingLayer
+
+
+def _with_room(tensor: Any, columns: int) -> Any:
+    """A (batch, heads, `columns`, d) buffer whose first columns hold `tensor`."""
+    buffer = tensor.new_empty((tensor.shape[0], tensor.shape[1], columns, tensor.shape[3]))
+    buffer[:, :, : tensor.shape[2]].copy_(tensor)
+    return buffer
+
+
 def empty_cache(config: Any) -> Any:
     """An empty dynamic cache with the layer kinds the model's config declares; for a model whose
     layers a dynamic cache cannot hold (recurrent state, keys shared across layers), the cache its
@@ -135,7 +212,7 @@ def is_plain_cache(kv_cache: Any) -> bool:
     be sliced, cropped and laid side by side."""
     from transformers.cache_utils import DynamicLayer
 
-    return all(type(layer) is DynamicLayer for layer in kv_cache.layers)
+    return all(type(layer) in (DynamicLayer, _growing_layer()) for layer in kv_cache.layers)
 
 
 def static_cache(config: Any, slots: int, columns: int, like: Sequence[tuple[Any, Any]]) -> Any:

@@ -94,29 +94,41 @@ class Running:
 def stacked(parts: Sequence[Running]) -> Running:
     """The parts' rows stacked in order, each padded on the left to the widest: one copy of each
     cache tensor, however many parts (joining them two at a time would copy the first ones again
-    at every join)."""
+    at every join), into buffers with room for the decode steps to come (compat.growing_cache)."""
     if len(parts) == 1:
         return parts[0]
     width = max(part.mask.shape[1] for part in parts)
     layers = zip(*(compat.cache_tensors(part.cache) for part in parts))
-    tensors = [(torch.cat([_left(k, width) for k, _ in layer]), torch.cat([_left(v, width) for _, v in layer]))
+    buffers = [(_stack_left([k for k, _ in layer], width), _stack_left([v for _, v in layer], width))
                for layer in layers]
     cache = parts[0].cache
-    compat.set_cache_tensors(cache, tensors)
+    compat.fill_growing_cache(cache, buffers, width)
     return Running(cache, torch.cat([_left(part.mask, width) for part in parts]),
                    torch.cat([part.positions for part in parts]), torch.cat([part.logits for part in parts]),
                    [row for part in parts for row in part.rows], [i for part in parts for i in part.indices])
 
 
-def _left(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """`tensor` padded with zeros on the left of its column axis (2 for keys, 1 for a mask) to `width`."""
-    axis = 2 if tensor.dim() == 4 else 1
-    missing = width - tensor.shape[axis]
+def _stack_left(tensors: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """(rows, heads, width + room, d): the tensors' rows one under another, each ending at column
+    `width` with zeros on its left (masked, but finite: a masked score is still computed)."""
+    first = tensors[0]
+    rows = sum(t.shape[0] for t in tensors)
+    buffer = first.new_empty((rows, first.shape[1], width + compat.ROOM_COLUMNS, first.shape[3]))
+    row = 0
+    for tensor in tensors:
+        below, start = row + tensor.shape[0], width - tensor.shape[2]
+        buffer[row:below, :, :start].zero_()
+        buffer[row:below, :, start:width].copy_(tensor)
+        row = below
+    return buffer
+
+
+def _left(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """A mask padded with zeros on its left to `width` columns."""
+    missing = width - mask.shape[1]
     if missing == 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[axis] = missing
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=axis)
+        return mask
+    return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
 
 
 def by_tokens(run: Sequence[int], lengths: Sequence[int], budget: int) -> list[list[int]]:
@@ -210,8 +222,9 @@ class ContinuousGenerator:
         try:
             start = decoder.start_for(batch, self.lengths, self.state, self.plan)
             out, mask, positions = decoder.forward([self.rows[i] for i in batch], start, keep=1, use_cache=True)
-            # a cache of our own: a single row after an explicit prefix was written into the shared one
-            cache = compat.new_cache(compat.cache_tensors(compat.returned_cache(out)))
+            # a cache object of our own (a single row after an explicit prefix was written into the
+            # shared one, which `restore` crops back), holding the same tensors: no copy
+            cache = compat.growing_cache(compat.cache_tensors(compat.returned_cache(out)))
         finally:
             if self.state is not None:
                 self.state.restore()

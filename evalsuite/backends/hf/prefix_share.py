@@ -6,7 +6,8 @@ prefix caching does, without the task saying what is shared.
 How a call is served:
 - `plan_sharing` finds, for each row, how many of its first tokens another row of the call
   also starts with (`shared`), leaving the tokens whose logits are needed unshared; shares
-  shorter than `min_tokens` are not worth a pass of their own and are dropped;
+  shorter than `min_tokens`, or than a fifth of their row, cost more than they save and are
+  dropped;
 - the distinct shared beginnings that are not the beginning of a longer one are the
   `anchors`; each is prefilled once, batch 1, continuing from the anchor before it where
   the two agree (anchors in sorted order), so every shared token runs through the model once;
@@ -28,6 +29,10 @@ from evalsuite.modeling import compat
 
 # a shared beginning shorter than this is not worth a pass of its own (vLLM caches 16-token blocks)
 MIN_SHARED_TOKENS = 16
+# nor one under this share of its row: past a cache the row's pass needs an explicit mask, which
+# takes SDPA off its causal fast path. SmolLM2-135M, 1,004 tokens, CPU: 56 shared tokens made the
+# row 1.09x slower than running it whole, 128 broke even, 256 took 0.86x and 512 0.59x
+MIN_SHARED_SHARE = 0.2
 # columns of padding a batch may gain between rows' cached and own parts (see batch_start)
 GAP_SLACK = 64
 # a row whose own part is under this share of its prefill pass's widest gets a pass of its own
@@ -60,7 +65,7 @@ def plan_sharing(rows: Sequence[Sequence[int]], unshared: Sequence[int], min_tok
     shared = [0] * n
     for k, i in enumerate(order):
         shared[i] = _best_share(k, order, neighbour, usable)
-    shared = [s if s >= min_tokens else 0 for s in shared]
+    shared = [s if s >= max(min_tokens, MIN_SHARED_SHARE * len(row)) else 0 for s, row in zip(shared, rows)]
     beginnings = sorted({tuple(rows[i][: shared[i]]) for i in range(n) if shared[i]})
     anchors = [list(b) for j, b in enumerate(beginnings)
                if j + 1 == len(beginnings) or beginnings[j + 1][: len(b)] != b]
