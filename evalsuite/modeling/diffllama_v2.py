@@ -33,12 +33,9 @@ from torch import nn
 from transformers import LlamaConfig
 
 from evalsuite.modeling import compat, llama_stack
+from evalsuite.modeling.llama_stack import LlamaDecoderLayer, LlamaForCausalLM, LlamaModel, LlamaPreTrainedModel
 
-_llama = compat.llama_modeling()  # the Llama blocks V2 keeps
-LlamaDecoderLayer: Any = _llama.LlamaDecoderLayer
-LlamaPreTrainedModel: Any = _llama.LlamaPreTrainedModel
-LlamaModel: Any = _llama.LlamaModel
-LlamaForCausalLM: Any = _llama.LlamaForCausalLM
+_llama = compat.llama_modeling()  # Llama's rotary pieces V2 keeps
 # the module's own eager attention, where evalsuite's attention readers look for it (attention_share)
 eager_attention_forward = _llama.eager_attention_forward
 

@@ -17,6 +17,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from evalsuite.modeling import compat
 
 _llama = compat.llama_modeling()
+# the Llama classes DIFF V2 and Motif build on (typed Any: transformers' own annotations vary by release)
+LlamaDecoderLayer: Any = _llama.LlamaDecoderLayer
+LlamaPreTrainedModel: Any = _llama.LlamaPreTrainedModel
+LlamaModel: Any = _llama.LlamaModel
+LlamaForCausalLM: Any = _llama.LlamaForCausalLM
 
 
 def build_model_body(model: Any, config: Any, layer_class: type[nn.Module]) -> None:

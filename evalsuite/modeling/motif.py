@@ -42,12 +42,9 @@ from transformers import LlamaConfig
 from transformers.activations import ACT2FN
 
 from evalsuite.modeling import compat, llama_stack, wide_attention
+from evalsuite.modeling.llama_stack import LlamaDecoderLayer, LlamaForCausalLM, LlamaModel, LlamaPreTrainedModel
 
-_llama = compat.llama_modeling()  # Motif keeps Llama's blocks around its attention and MLP
-LlamaDecoderLayer: Any = _llama.LlamaDecoderLayer
-LlamaPreTrainedModel: Any = _llama.LlamaPreTrainedModel
-LlamaModel: Any = _llama.LlamaModel
-LlamaForCausalLM: Any = _llama.LlamaForCausalLM
+_llama = compat.llama_modeling()  # Motif keeps Llama's norms and rotary embedding
 # the module's own eager attention, where evalsuite's attention readers look for it (attention_share)
 eager_attention_forward = _llama.eager_attention_forward
 
